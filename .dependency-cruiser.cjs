@@ -1,0 +1,86 @@
+/**
+ * The architecture's boundaries (docs/architecture/overview.md), checked by
+ * `make check`:
+ * - kernel imports only node built-ins and kernel;
+ * - platform imports kernel, platform and npm packages;
+ * - a module imports kernel, platform, npm packages and itself, never another
+ *   module, apps or test;
+ * - only apps and test import a module, and only through its index.ts.
+ */
+/** @type {import('dependency-cruiser').IConfiguration} */
+module.exports = {
+  forbidden: [
+    {
+      name: 'kernel-is-pure',
+      comment: 'kernel imports only node built-ins and kernel',
+      severity: 'error',
+      from: { path: '^kernel/', pathNot: ['\\.test\\.ts$'] },
+      to: { pathNot: ['^kernel/'], dependencyTypesNot: ['core'] },
+    },
+    {
+      name: 'platform-on-kernel-and-platform',
+      comment: 'platform imports kernel, platform and npm packages',
+      severity: 'error',
+      from: { path: '^platform/', pathNot: ['\\.test\\.ts$'] },
+      to: { path: '^(modules|apps|test|scripts)/' },
+    },
+    {
+      name: 'modules-are-isolated',
+      comment: 'a module never imports another module',
+      severity: 'error',
+      from: { path: '^modules/([^/]+)/' },
+      to: { path: '^modules/', pathNot: ['^modules/$1/'] },
+    },
+    {
+      name: 'modules-do-not-import-apps-or-tests',
+      severity: 'error',
+      from: { path: '^modules/', pathNot: ['\\.test\\.ts$'] },
+      to: { path: '^(apps|test|scripts)/' },
+    },
+    {
+      name: 'modules-only-through-index',
+      comment: 'apps and test import a module only through its index.ts',
+      severity: 'error',
+      from: { path: '^(apps|test|scripts)/' },
+      to: { path: '^modules/[^/]+/.+', pathNot: ['^modules/[^/]+/index\\.ts$'] },
+    },
+    {
+      name: 'production-code-does-not-import-tests',
+      severity: 'error',
+      from: { path: '^(apps|kernel|platform|modules)/', pathNot: ['\\.test\\.ts$'] },
+      to: { path: ['^test/', '\\.test\\.ts$'] },
+    },
+    {
+      name: 'kernel-tests-use-only-tap',
+      comment: 'kernel tests may add the test runner, nothing else',
+      severity: 'error',
+      from: { path: '^kernel/.+\\.test\\.ts$' },
+      to: {
+        pathNot: ['^kernel/', '^node_modules/tap/', '^node_modules/@tapjs/'],
+        dependencyTypesNot: ['core'],
+      },
+    },
+    {
+      name: 'not-to-unresolvable',
+      severity: 'error',
+      from: {},
+      to: { couldNotResolve: true },
+    },
+    {
+      name: 'no-circular',
+      severity: 'error',
+      from: {},
+      to: { circular: true },
+    },
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    exclude: { path: ['^node_modules', '^dist/', '^test/fixtures/'] },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: 'tsconfig.json' },
+    enhancedResolveOptions: {
+      exportsFields: ['exports'],
+      conditionNames: ['import', 'require', 'node', 'default', 'types'],
+    },
+  },
+};

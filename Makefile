@@ -1,0 +1,66 @@
+# The one entry point. Every target installs dependencies first when
+# node_modules is missing or older than package-lock.json.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+NODE_BIN := node_modules/.bin
+STAMP := node_modules/.install-stamp
+ROLE ?= all
+ARGS ?=
+
+.PHONY: help install build run migrate test check lint typecheck format-check boundaries docs docs-check migrations-check text-check migration-commit clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
+
+$(STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $(STAMP)
+
+install: $(STAMP) ## install dependencies (npm ci) when needed
+
+build: install ## compile TypeScript to dist/
+	rm -rf dist
+	$(NODE_BIN)/tsc -p tsconfig.build.json
+
+run: build ## start the server (role all) on an embedded PostgreSQL 18, migrating first
+	node dist/apps/server/main.js --role $(ROLE) --migrate $(ARGS)
+
+migrate: build ## apply committed migrations and exit
+	node dist/apps/server/main.js migrate $(ARGS)
+
+test: install ## run every test against a real PostgreSQL 18
+	$(NODE_BIN)/tap
+
+lint: install ## ESLint with typescript-eslint type-checked rules
+	$(NODE_BIN)/eslint . --max-warnings 0
+
+typecheck: install ## tsc --noEmit, strict
+	$(NODE_BIN)/tsc --noEmit -p tsconfig.json
+
+format-check: install ## Prettier
+	$(NODE_BIN)/prettier --check . --log-level warn
+
+boundaries: install ## architecture rules with dependency-cruiser
+	$(NODE_BIN)/depcruise --config .dependency-cruiser.cjs apps kernel platform modules test scripts
+
+docs: install ## regenerate docs/operations/configuration.md and docs/api/openapi.json
+	$(NODE_BIN)/tsx scripts/docs.ts
+
+docs-check: install ## fail when generated docs are stale
+	$(NODE_BIN)/tsx scripts/docs.ts --check
+
+migrations-check: install ## committed migration chain intact, current.sql empty
+	$(NODE_BIN)/tsx scripts/check-migrations.ts
+
+text-check: install ## no en or em dash, no hard-coded service name
+	$(NODE_BIN)/tsx scripts/check-text.ts
+
+migration-commit: install ## commit migrations/current.sql (MESSAGE="...")
+	$(NODE_BIN)/tsx scripts/migration-commit.ts "$${MESSAGE:-}"
+
+check: install typecheck lint format-check boundaries docs-check migrations-check text-check ## every gate, then the tests with coverage
+	$(NODE_BIN)/tap
+
+clean: ## remove build output and local data
+	rm -rf dist .tap coverage

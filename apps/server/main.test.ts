@@ -1,0 +1,60 @@
+import t from 'tap';
+import { testDatabase } from '../../test/harness/db.js';
+import { startServerProcess } from '../../test/harness/process.js';
+
+void t.test('a bad configuration value stops start-up naming the key', async (t) => {
+  const p = startServerProcess(['--role', 'api'], { HTTP__PORT: 'abc' });
+  t.equal(await p.exited, 2);
+  t.match(p.stderr(), /http\.port = "abc" \(from environment HTTP__PORT\)/);
+});
+
+void t.test('an unknown flag is refused with the usage', async (t) => {
+  const p = startServerProcess(['--rol', 'api'], {});
+  t.equal(await p.exited, 2);
+  t.match(p.stderr(), /Unknown option '--rol'/);
+  t.match(p.stderr(), /Usage:/);
+});
+
+void t.test('migrate needs the owner URL when the database URL is set', async (t) => {
+  const db = await testDatabase(t);
+  const p = startServerProcess(['migrate'], { DATABASE__URL: db.appUrl, LOG__LEVEL: 'warn' });
+  t.equal(await p.exited, 2);
+  t.match(p.stderr(), /database\.owner_url/);
+});
+
+void t.test(
+  'migrate applies migrations as the owner and exits 0 (a re-run is a no-op)',
+  async (t) => {
+    const db = await testDatabase(t);
+    const env = { DATABASE__URL: db.appUrl, DATABASE__OWNER_URL: db.ownerUrl, LOG__LEVEL: 'info' };
+    const first = startServerProcess(['migrate'], env);
+    t.equal(await first.exited, 0, first.stderr());
+    t.ok(first.lines.some((l) => l['msg'] === 'migrations applied'));
+    const again = startServerProcess(['migrate'], env);
+    t.equal(await again.exited, 0, again.stderr());
+  },
+);
+
+void t.test('role api listens, answers readyz and stops cleanly on SIGTERM', async (t) => {
+  const db = await testDatabase(t);
+  const p = startServerProcess(['--role', 'api'], { DATABASE__URL: db.appUrl, HTTP__PORT: '0' });
+  const listening = await p.waitForLine((l) => l['msg'] === 'listening');
+  const address = listening['address'] as string;
+  const res = await fetch(`${address}/readyz`);
+  t.equal(res.status, 200);
+  p.child.kill('SIGTERM');
+  t.equal(await p.exited, 0);
+  t.ok(p.lines.some((l) => l['msg'] === 'stopped'));
+});
+
+void t.test('role worker does not listen and stops cleanly on SIGINT', async (t) => {
+  const db = await testDatabase(t);
+  const p = startServerProcess(['--role', 'worker'], { DATABASE__URL: db.appUrl, HTTP__PORT: '0' });
+  await p.waitForLine((l) => l['msg'] === 'started');
+  t.notOk(
+    p.lines.some((l) => l['msg'] === 'listening'),
+    'no listener in the worker role',
+  );
+  p.child.kill('SIGINT');
+  t.equal(await p.exited, 0);
+});

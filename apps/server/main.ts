@@ -1,0 +1,135 @@
+/**
+ * The server's entry point: `node dist/apps/server/main.js [serve] --role
+ * api|worker|all [--config FILE] [--migrate]` or `... migrate`. Loads the
+ * configuration, reaches the database (starting the embedded PostgreSQL 18
+ * when `database.url` is empty), optionally migrates, starts the role and
+ * shuts down cleanly on SIGTERM and SIGINT.
+ */
+import { ConfigError, loadConfigFromProcess, type Config } from '../../platform/config/index.js';
+import { createLogger, type Logger } from '../../platform/log/index.js';
+import { runMigrations } from '../../platform/migrate/index.js';
+import { assertServerVersion, createSql } from '../../platform/pg/client.js';
+import { openDatabase, type DatabaseTarget } from '../../platform/pg/database.js';
+import { buildApp, type App } from './app.js';
+import { parseCommandLine, USAGE, UsageError, type Command } from './cli.js';
+
+/** Exit status for a command line or configuration the server cannot use. */
+const EXIT_USAGE = 2;
+
+async function migrate(target: DatabaseTarget, logger: Logger): Promise<void> {
+  if (target.ownerUrl === undefined) {
+    throw new ConfigError([
+      {
+        key: 'database.owner_url',
+        source: 'default',
+        message: 'database.owner_url is empty: it is required to migrate when database.url is set',
+      },
+    ]);
+  }
+  await runMigrations({
+    ownerUrl: target.ownerUrl,
+    appRole: target.appRole,
+    log: (m) => {
+      logger.info(m);
+    },
+  });
+  logger.info('migrations applied');
+}
+
+async function serve(
+  command: Extract<Command, { kind: 'serve' }>,
+  config: Config,
+  logger: Logger,
+): Promise<void> {
+  const target = await openDatabase(config.database);
+  let app: App | undefined;
+  let stopping = false;
+  const shutdown = async (signal: string): Promise<void> => {
+    if (stopping) {
+      logger.warn({ signal }, 'second signal: exiting now');
+      process.exit(1);
+    }
+    stopping = true;
+    logger.info({ signal }, 'shutting down: draining in-flight work');
+    try {
+      await app?.close();
+      await target.close();
+      logger.info('stopped');
+      process.exit(0);
+    } catch (err) {
+      logger.error({ err }, 'unclean shutdown');
+      process.exit(1);
+    }
+  };
+  process.on('SIGTERM', (s) => void shutdown(s));
+  process.on('SIGINT', (s) => void shutdown(s));
+  try {
+    const probe = createSql(target.appUrl, {
+      max: 1,
+      applicationName: `${config.app.name}-startup`,
+    });
+    try {
+      await assertServerVersion(probe);
+    } finally {
+      await probe.end();
+    }
+    if (command.migrate) await migrate(target, logger);
+    app = await buildApp({ config, appUrl: target.appUrl, logger });
+    if (command.role === 'api' || command.role === 'all') {
+      const address = await app.http.listen({ host: config.http.host, port: config.http.port });
+      logger.info({ address, role: command.role }, 'listening');
+      if (target.embedded !== undefined) {
+        process.stdout.write(
+          `\n${config.app.name} is up (role ${command.role}) on ${address}\n` +
+            `  curl ${address}/readyz\n` +
+            `  Ctrl-C stops the server and its embedded PostgreSQL.\n\n`,
+        );
+      }
+    } else {
+      logger.info({ role: command.role }, 'started');
+    }
+  } catch (err) {
+    await app?.close().catch(() => undefined);
+    await target.close().catch(() => undefined);
+    throw err;
+  }
+}
+
+async function main(argv: readonly string[]): Promise<void> {
+  let command: Command;
+  let config: Config;
+  try {
+    command = parseCommandLine(argv);
+    if (command.kind === 'help') {
+      process.stdout.write(`${USAGE}\n`);
+      return;
+    }
+    config = loadConfigFromProcess(command.configPath);
+  } catch (err) {
+    if (err instanceof UsageError || err instanceof ConfigError) {
+      process.stderr.write(`${err.message}\n`);
+      process.exit(EXIT_USAGE);
+    }
+    throw err;
+  }
+  const logger = createLogger({ appName: config.app.name, level: config.log.level });
+  if (command.kind === 'migrate') {
+    const target = await openDatabase(config.database);
+    try {
+      await migrate(target, logger);
+      // graphile-migrate keeps its pool open briefly after use.
+      await new Promise((resolve) => setTimeout(resolve, 300));
+    } finally {
+      await target.close();
+    }
+    return;
+  }
+  await serve(command, config, logger);
+}
+
+main(process.argv.slice(2)).catch((err: unknown) => {
+  process.stderr.write(
+    `${err instanceof ConfigError ? err.message : String((err as Error).stack ?? err)}\n`,
+  );
+  process.exit(err instanceof ConfigError ? EXIT_USAGE : 1);
+});

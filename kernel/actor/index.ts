@@ -1,0 +1,13 @@
+/**
+ * Actors: who is making the current request.
+ *
+ * @packageDocumentation
+ */
+export type {
+  Actor,
+  AnonymousActor,
+  PrincipalActor,
+  PrincipalActorInit,
+  PrincipalKind,
+} from './actor.js';
+export { anonymous, isPrincipal, principalActor } from './actor.js';

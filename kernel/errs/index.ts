@@ -1,0 +1,12 @@
+/**
+ * Errors for the client: the problem catalogue, AppError and the RFC 9457
+ * problem body.
+ *
+ * @packageDocumentation
+ */
+export type { ProblemDefinition, ProblemCode, ProblemType } from './catalogue.js';
+export { isProblemCode, problemCatalogue, problemType } from './catalogue.js';
+export type { ProblemExtras, ProblemFieldError } from './app-error.js';
+export { AppError, isAppError, problem } from './app-error.js';
+export type { ProblemBody } from './problem-body.js';
+export { toProblemBody } from './problem-body.js';

@@ -1,0 +1,98 @@
+/**
+ * The unit of work port: a use case runs its database work inside
+ * `uow.run(fn)` and every adapter it calls joins the same transaction without
+ * being handed it. The adapter side (platform/pg) holds the transaction in
+ * AsyncLocalStorage; this port only names the contract and its errors.
+ *
+ * @packageDocumentation
+ */
+
+/** Options of {@link UnitOfWork.run}. */
+export interface UnitOfWorkOptions {
+  /**
+   * When joining an outer unit of work, run inside a savepoint: an error
+   * thrown by `fn` rolls back only what `fn` did, and is rethrown. Without it a
+   * nested run simply joins the outer transaction.
+   */
+  readonly nested?: boolean;
+  /** A short name for logs and metrics, e.g. the use case. */
+  readonly name?: string;
+}
+
+/**
+ * Runs functions inside one database transaction.
+ *
+ * The outermost `run` opens a READ COMMITTED transaction with the configured
+ * lock, statement and transaction timeouts, commits when `fn` resolves and
+ * rolls back when it rejects. It runs `fn` again, from the start, when the
+ * database reports a serialization failure (40001), a deadlock (40P01) or a
+ * lock timeout (55P03), up to the configured number of retries, unless the
+ * error is marked with {@link markNonRetryable}. So `fn` must have no effect
+ * outside the transaction other than through jobs added inside it.
+ */
+export interface UnitOfWork {
+  /**
+   * Runs `fn` in the ambient transaction, opening one if there is none.
+   *
+   * @param fn the work; may be called more than once (retries).
+   * @param options nesting and naming.
+   * @returns what `fn` resolved with, after the commit when this is the
+   *   outermost run.
+   * @throws what `fn` threw (after rollback), or the commit's error.
+   */
+  run<T>(fn: () => Promise<T>, options?: UnitOfWorkOptions): Promise<T>;
+  /** Whether the caller is inside a unit of work. */
+  inTransaction(): boolean;
+}
+
+/** SQLSTATEs on which the outermost unit of work retries the whole function. */
+export const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set(['40001', '40P01', '55P03']);
+
+const NON_RETRYABLE = Symbol.for('kernel.txn.nonRetryable');
+
+/**
+ * Marks an error so the unit of work lets it through without a retry, even
+ * when it carries a retryable SQLSTATE (e.g. a lock timeout that means "the
+ * first request still holds this key" rather than "try again").
+ *
+ * @param err the error to mark.
+ * @returns the same error.
+ */
+export function markNonRetryable<E extends object>(err: E): E {
+  Object.defineProperty(err, NON_RETRYABLE, { value: true, enumerable: false });
+  return err;
+}
+
+/**
+ * Whether the unit of work should run the function again after this error.
+ *
+ * @param err anything thrown.
+ * @returns true for a retryable SQLSTATE on an unmarked error.
+ */
+export function isRetryable(err: unknown): boolean {
+  if (typeof err !== 'object' || err === null) return false;
+  if ((err as Record<symbol, unknown>)[NON_RETRYABLE] === true) return false;
+  const code = (err as { code?: unknown }).code;
+  return typeof code === 'string' && RETRYABLE_SQLSTATES.has(code);
+}
+
+/** Thrown when an adapter that needs the ambient transaction is called outside a unit of work. */
+export class TransactionRequiredError extends Error {
+  override readonly name = 'TransactionRequiredError';
+  /** @param what the operation that needs a transaction. */
+  constructor(what: string) {
+    super(`${what} must run inside a unit of work`);
+  }
+}
+
+/**
+ * Thrown when code inside a unit of work asks for a pool connection: a second
+ * connection per request can deadlock the pool against waiting duplicates.
+ */
+export class PoolInsideTransactionError extends Error {
+  override readonly name = 'PoolInsideTransactionError';
+  /** @param what the operation that asked for the pool. */
+  constructor(what: string) {
+    super(`${what} asked for a pool connection inside a unit of work; use the ambient transaction`);
+  }
+}

@@ -1,0 +1,93 @@
+import t from 'tap';
+import { problem } from '../../kernel/errs/index.js';
+import { fieldErrors, toAppError } from './problems.js';
+
+void t.test('an AppError maps to itself', (t) => {
+  const e = problem('not_found', 'No such account.');
+  t.equal(toAppError(e), e);
+});
+
+void t.test(
+  'validation errors become validation_failed with pointers per part of the request',
+  (t) => {
+    const err = Object.assign(new Error('body/amount must be integer'), {
+      statusCode: 400,
+      validationContext: 'body',
+      validation: [
+        { instancePath: '/amount', keyword: 'type', message: 'must be integer', params: {} },
+        {
+          instancePath: '',
+          keyword: 'required',
+          message: "must have required property 'to'",
+          params: { missingProperty: 'to' },
+        },
+        { instancePath: '/a~b', keyword: 'minLength', params: {} },
+      ],
+    });
+    const e = toAppError(err);
+    t.equal(e.code, 'validation_failed');
+    t.same(e.errors, [
+      { pointer: '#body/amount', code: 'type', detail: 'must be integer' },
+      { pointer: '#body/to', code: 'required', detail: "must have required property 'to'" },
+      { pointer: '#body/a~b', code: 'min_length' },
+    ]);
+    t.same(fieldErrors('querystring', [{ instancePath: '/limit', keyword: 'maximum' }]), [
+      { pointer: '#query/limit', code: 'maximum' },
+    ]);
+    t.same(fieldErrors('headers', [{ keyword: 'required', params: { missingProperty: 'a/b' } }]), [
+      { pointer: '#header/a~1b', code: 'required' },
+    ]);
+    t.same(fieldErrors('params', [{ instancePath: '/id' }]), [
+      { pointer: '#path/id', code: 'invalid' },
+    ]);
+  },
+);
+
+void t.test('Fastify body errors map to their problems', (t) => {
+  const cases: [string, string, number][] = [
+    ['FST_ERR_CTP_BODY_TOO_LARGE', 'payload_too_large', 413],
+    ['FST_ERR_CTP_INVALID_MEDIA_TYPE', 'unsupported_media_type', 415],
+    ['FST_ERR_CTP_EMPTY_JSON_BODY', 'validation_failed', 400],
+    ['FST_ERR_CTP_INVALID_JSON_BODY', 'validation_failed', 400],
+  ];
+  for (const [code, expected, status] of cases) {
+    const e = toAppError(Object.assign(new Error('x'), { code }));
+    t.equal(e.code, expected, code);
+    t.equal(e.status, status, code);
+  }
+  const syntax = toAppError(
+    Object.assign(new SyntaxError('Unexpected token'), { statusCode: 400 }),
+  );
+  t.same(syntax.errors, [{ pointer: '#body', code: 'invalid_json' }]);
+});
+
+void t.test('retryable and timeout SQLSTATEs become 503 with Retry-After', (t) => {
+  for (const code of ['40001', '40P01', '55P03', '57014', '25P04']) {
+    const e = toAppError(Object.assign(new Error('pg'), { code }));
+    t.equal(e.code, 'service_unavailable', code);
+    t.equal(e.retryAfterSeconds, 1, code);
+  }
+});
+
+void t.test(
+  'HTTP status codes of library errors map to catalogue words, unknown ones to internal_error',
+  (t) => {
+    t.equal(
+      toAppError(Object.assign(new Error('Route GET:/x not found'), { statusCode: 404 })).code,
+      'not_found',
+    );
+    t.equal(
+      toAppError(Object.assign(new Error('m'), { statusCode: 405 })).code,
+      'method_not_allowed',
+    );
+    t.equal(toAppError(Object.assign(new Error('m'), { statusCode: 429 })).code, 'rate_limited');
+    const bad = toAppError(Object.assign(new Error('m'), { statusCode: 400 }));
+    t.equal(bad.code, 'validation_failed');
+    t.same(bad.errors, [{ pointer: '#', code: 'invalid' }]);
+    const internal = toAppError(new Error('boom at /srv'));
+    t.equal(internal.code, 'internal_error');
+    t.notMatch(internal.detail, /srv/);
+    t.equal(toAppError('a string').code, 'internal_error');
+    t.equal(toAppError(null).code, 'internal_error');
+  },
+);

@@ -1,0 +1,142 @@
+/**
+ * One mapping from anything thrown to an {@link AppError}, used by the error
+ * handler and by the idempotency plugin, so a keyed answer and an unkeyed one
+ * carry the same problem for the same failure.
+ */
+import {
+  AppError,
+  isAppError,
+  problem,
+  problemCatalogue,
+  type ProblemFieldError,
+} from '../../kernel/errs/index.js';
+import { isRetryable } from '../../kernel/txn/index.js';
+
+/** The subset of Fastify's validation error item this module reads. */
+interface ValidationItem {
+  readonly instancePath?: string;
+  readonly keyword?: string;
+  readonly message?: string;
+  readonly params?: Record<string, unknown>;
+}
+
+/** Where Fastify's validation error happened, mapped to our pointer roots. */
+const CONTEXT_ROOT: Readonly<Record<string, string>> = {
+  body: '#body',
+  querystring: '#query',
+  params: '#path',
+  headers: '#header',
+};
+
+const snake = (s: string): string => s.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase();
+
+/**
+ * Turns Fastify/Ajv validation items into field errors with JSON pointers
+ * prefixed by the part of the request (`#body/amount`, `#query`, ...).
+ *
+ * @param context Fastify's `validationContext`.
+ * @param items the validation items.
+ * @returns one field error per item.
+ */
+export function fieldErrors(
+  context: string | undefined,
+  items: readonly ValidationItem[],
+): ProblemFieldError[] {
+  const root = CONTEXT_ROOT[context ?? 'body'] ?? '#body';
+  return items.map((item) => {
+    let path = item.instancePath ?? '';
+    if (item.keyword === 'required' && typeof item.params?.['missingProperty'] === 'string') {
+      path = `${path}/${item.params['missingProperty'].replace(/~/g, '~0').replace(/\//g, '~1')}`;
+    }
+    const code = item.keyword === undefined ? 'invalid' : snake(item.keyword);
+    return item.message === undefined
+      ? { pointer: `${root}${path}`, code }
+      : { pointer: `${root}${path}`, code, detail: item.message };
+  });
+}
+
+/**
+ * Maps anything thrown while serving a request to the problem the client gets.
+ * Unknown errors become `internal_error` with a generic detail: internals
+ * (messages, stacks, SQL) never reach the body; the caller logs the original.
+ *
+ * @param err anything thrown.
+ * @returns an AppError (the same object when it already is one).
+ */
+export function toAppError(err: unknown): AppError {
+  if (isAppError(err)) return err;
+  const e = (typeof err === 'object' && err !== null ? err : {}) as {
+    code?: unknown;
+    statusCode?: unknown;
+    validation?: unknown;
+    validationContext?: unknown;
+    message?: unknown;
+  };
+  if (Array.isArray(e.validation)) {
+    const context = typeof e.validationContext === 'string' ? e.validationContext : undefined;
+    return problem('validation_failed', 'The request is not valid.', {
+      errors: fieldErrors(context, e.validation as ValidationItem[]),
+      cause: err,
+    });
+  }
+  switch (e.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return problem('payload_too_large', 'The request body is larger than this route accepts.', {
+        cause: err,
+      });
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return problem('unsupported_media_type', 'This route accepts application/json bodies only.', {
+        hint: 'Send the body with Content-Type: application/json.',
+        cause: err,
+      });
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return problem('validation_failed', 'The body is empty but the content type says JSON.', {
+        errors: [{ pointer: '#body', code: 'empty' }],
+        cause: err,
+      });
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return problem('validation_failed', 'The body is not valid JSON.', {
+        errors: [{ pointer: '#body', code: 'invalid_json' }],
+        cause: err,
+      });
+    default:
+      break;
+  }
+  if (err instanceof SyntaxError && e.statusCode === 400) {
+    return problem('validation_failed', 'The body is not valid JSON.', {
+      errors: [{ pointer: '#body', code: 'invalid_json' }],
+      cause: err,
+    });
+  }
+  if (isRetryable(err) || e.code === '57014' || e.code === '25P04') {
+    // Contention that outlived the retries, or a timeout: the client may try again.
+    return problem('service_unavailable', 'The service is busy; try again shortly.', {
+      retryAfterSeconds: 1,
+      cause: err,
+    });
+  }
+  const status = typeof e.statusCode === 'number' ? e.statusCode : 500;
+  const byStatus: Readonly<Record<number, Parameters<typeof problem>[0]>> = {
+    400: 'validation_failed',
+    404: 'not_found',
+    405: 'method_not_allowed',
+    413: 'payload_too_large',
+    415: 'unsupported_media_type',
+    429: 'rate_limited',
+    503: 'service_unavailable',
+  };
+  const code = byStatus[status];
+  if (code !== undefined && code !== 'validation_failed') {
+    // The catalogue's words, not the thrown message: a library's message may
+    // name internals.
+    return problem(code, problemCatalogue[code].title, { cause: err });
+  }
+  if (code === 'validation_failed') {
+    return problem('validation_failed', 'The request is not valid.', {
+      errors: [{ pointer: '#', code: 'invalid' }],
+      cause: err,
+    });
+  }
+  return new AppError('internal_error', 'An unexpected error occurred.', { cause: err });
+}

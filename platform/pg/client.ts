@@ -1,0 +1,74 @@
+/**
+ * postgres.js clients: one pool per role, with the settings every connection
+ * of this application needs, and the server version check.
+ */
+import postgres from 'postgres';
+
+/** The postgres.js client type every adapter is typed against. */
+export type Sql = postgres.Sql;
+
+/**
+ * What adapters query with: the pool or a transaction. Tagged templates,
+ * identifiers (`sql(name)`), `json` and `unsafe` are common to both.
+ */
+export type ISql = postgres.ISql;
+
+/** The transaction-scoped client postgres.js hands to `sql.begin`. */
+export type TransactionSql = postgres.TransactionSql;
+
+/** Options of {@link createSql}. */
+export interface SqlOptions {
+  /** Largest number of pooled connections. */
+  readonly max: number;
+  /** Shown in pg_stat_activity, so an operator can tell our pools apart. */
+  readonly applicationName: string;
+  /** Called with each PostgreSQL notice; by default notices are dropped. */
+  readonly onnotice?: (notice: postgres.Notice) => void;
+}
+
+/** The lowest PostgreSQL major version the application runs on (transaction_timeout). */
+export const MIN_SERVER_VERSION = 17;
+
+/**
+ * Creates a postgres.js pool for a connection URL.
+ *
+ * Statements are prepared (postgres.js default); custom plans are forced so a
+ * generic plan cached while a table was nearly empty cannot make one
+ * connection slow later (see docs/DECISIONS.md).
+ *
+ * @param url a postgres:// connection URL.
+ * @param options pool size and name.
+ * @returns the pool; end it with `sql.end()`.
+ */
+export function createSql(url: string, options: SqlOptions): Sql {
+  return postgres(url, {
+    max: options.max,
+    onnotice: options.onnotice ?? (() => undefined),
+    connection: {
+      application_name: options.applicationName,
+      plan_cache_mode: 'force_custom_plan',
+    },
+    // Our timestamps are passed in from the kernel clock as Date values;
+    // bigint counts come back as strings and are converted where read.
+    types: {},
+  });
+}
+
+/**
+ * Reads the server's major version and refuses one older than
+ * {@link MIN_SERVER_VERSION}.
+ *
+ * @param sql a pool or connection.
+ * @returns the major version.
+ * @throws Error naming the found and required versions.
+ */
+export async function assertServerVersion(sql: Sql): Promise<number> {
+  const [row] = await sql<{ v: string }[]>`select current_setting('server_version_num') as v`;
+  const major = Math.floor(Number(row?.v) / 10000);
+  if (!(major >= MIN_SERVER_VERSION)) {
+    throw new Error(
+      `PostgreSQL ${MIN_SERVER_VERSION} or newer is required (transaction_timeout); the server is version ${String(major)}`,
+    );
+  }
+  return major;
+}

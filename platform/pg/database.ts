@@ -1,0 +1,121 @@
+/**
+ * Which PostgreSQL the process talks to: the server named by `database.url`,
+ * or, when that is empty, the embedded PostgreSQL 18 kept in
+ * `database.embedded_data_dir` with an owner role, an application role and a
+ * database made for it on first start.
+ */
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { createSql } from './client.js';
+import { EmbeddedPostgres } from './embedded.js';
+import { ensureDatabase, ensureLoginRole, type RoleSpec } from './roles.js';
+
+/** The database settings this module reads (a slice of the configuration). */
+export interface DatabaseSettings {
+  readonly url: string;
+  readonly owner_url: string;
+  readonly embedded_data_dir: string;
+  readonly embedded_port: number;
+}
+
+/** Where to connect, as which roles, and how to let go. */
+export interface DatabaseTarget {
+  /** URL as the application role: what the server's pool uses. */
+  readonly appUrl: string;
+  /** URL as the owner role, for migrations; undefined when not configured. */
+  readonly ownerUrl: string | undefined;
+  /** The application role's name, granted privileges by migrations. */
+  readonly appRole: string;
+  /** The embedded server, when one was started. */
+  readonly embedded: EmbeddedPostgres | undefined;
+  /** Stops the embedded server, if any. Safe to call twice. */
+  close(): Promise<void>;
+}
+
+/** Database name, owner and application roles of the embedded server. */
+export const EMBEDDED_DATABASE = 'app';
+const OWNER_ROLE = 'app_owner';
+const APP_ROLE = 'app_user';
+
+/**
+ * Resolves the database target, starting the embedded server when no URL is
+ * configured.
+ *
+ * @param settings the `database` group of the configuration.
+ * @returns the target; call `close()` at shutdown.
+ * @throws Error when `database.url` is not a postgres URL or the embedded
+ *   server cannot start.
+ */
+export async function openDatabase(settings: DatabaseSettings): Promise<DatabaseTarget> {
+  if (settings.url !== '') {
+    const appRole = roleOf('database.url', settings.url);
+    if (settings.owner_url !== '') roleOf('database.owner_url', settings.owner_url);
+    return {
+      appUrl: settings.url,
+      ownerUrl: settings.owner_url === '' ? undefined : settings.owner_url,
+      appRole,
+      embedded: undefined,
+      close: () => Promise.resolve(),
+    };
+  }
+  const rootDir = path.resolve(settings.embedded_data_dir);
+  const pg = await EmbeddedPostgres.start({ rootDir, port: settings.embedded_port });
+  try {
+    const roles = await embeddedRoles(rootDir);
+    const admin = createSql(pg.adminUrl(), { max: 1, applicationName: 'bootstrap' });
+    try {
+      await ensureLoginRole(admin, roles.owner);
+      await ensureLoginRole(admin, roles.app);
+      await ensureDatabase(admin, EMBEDDED_DATABASE, roles.owner.name);
+    } finally {
+      await admin.end();
+    }
+    let closed = false;
+    return {
+      appUrl: pg.urlFor(roles.app.name, roles.app.password, EMBEDDED_DATABASE),
+      ownerUrl: pg.urlFor(roles.owner.name, roles.owner.password, EMBEDDED_DATABASE),
+      appRole: roles.app.name,
+      embedded: pg,
+      close: async () => {
+        if (closed) return;
+        closed = true;
+        await pg.stop('fast');
+      },
+    };
+  } catch (err) {
+    await pg.stop('fast');
+    throw err;
+  }
+}
+
+function roleOf(key: string, url: string): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new Error(`Invalid configuration: ${key} is not a URL`);
+  }
+  if (parsed.protocol !== 'postgres:' && parsed.protocol !== 'postgresql:') {
+    throw new Error(
+      `Invalid configuration: ${key} must be a postgres:// URL, got protocol "${parsed.protocol}"`,
+    );
+  }
+  const user = decodeURIComponent(parsed.username);
+  if (user === '') throw new Error(`Invalid configuration: ${key} must name a user`);
+  return user;
+}
+
+async function embeddedRoles(rootDir: string): Promise<{ owner: RoleSpec; app: RoleSpec }> {
+  const file = path.join(rootDir, 'roles.json');
+  try {
+    return JSON.parse(await fs.readFile(file, 'utf8')) as { owner: RoleSpec; app: RoleSpec };
+  } catch {
+    const roles = {
+      owner: { name: OWNER_ROLE, password: randomBytes(18).toString('base64url') },
+      app: { name: APP_ROLE, password: randomBytes(18).toString('base64url') },
+    };
+    await fs.writeFile(file, JSON.stringify(roles), { mode: 0o600 });
+    return roles;
+  }
+}

@@ -1,0 +1,172 @@
+import t, { type Test } from 'tap';
+import {
+  PoolInsideTransactionError,
+  TransactionRequiredError,
+  markNonRetryable,
+} from '../../kernel/txn/index.js';
+import { testDatabase, type TestDatabase } from '../../test/harness/db.js';
+import { createSql } from './client.js';
+import { PgDatabase, PgUnitOfWork, type PgUnitOfWorkOptions } from './uow.js';
+
+const timeouts = { lockTimeoutMs: 5000, statementTimeoutMs: 30000, transactionTimeoutMs: 60000 };
+
+async function setup(t: Test, options: Partial<PgUnitOfWorkOptions> = {}) {
+  const tdb: TestDatabase = await testDatabase(t);
+  await tdb.owner`create table probe (id int primary key, v text)`;
+  await tdb.owner.unsafe(`grant select, insert, update, delete on probe to ${tdb.state.app.name}`);
+  const pool = createSql(tdb.appUrl, { max: 4, applicationName: 'uow-test' });
+  t.teardown(() => pool.end({ timeout: 1 }));
+  const db = new PgDatabase(pool);
+  const uow = new PgUnitOfWork(db, { ...timeouts, retryMax: 3, backoffBaseMs: 1, ...options });
+  const count = async () =>
+    Number((await tdb.owner<{ n: string }[]>`select count(*) as n from probe`)[0]?.n);
+  return { tdb, pool, db, uow, count };
+}
+
+void t.test(
+  'a nested run joins the same transaction and an error rolls everything back',
+  async (t) => {
+    const { db, uow, count } = await setup(t);
+    const ids: string[] = [];
+    await t.rejects(
+      uow.run(async () => {
+        ids.push((await db.sql()`select txid_current()::text as x`)[0]?.['x'] as string);
+        await db.sql()`insert into probe values (1, 'outer')`;
+        await uow.run(async () => {
+          ids.push((await db.sql()`select txid_current()::text as x`)[0]?.['x'] as string);
+          await db.sql()`insert into probe values (2, 'inner')`;
+        });
+        throw new Error('boom');
+      }),
+      /boom/,
+    );
+    t.equal(ids.length, 2);
+    t.equal(ids[0], ids[1], 'the nested run saw the outer transaction');
+    t.equal(await count(), 0, 'nothing was committed');
+  },
+);
+
+void t.test('a nested run with a savepoint rolls back only its own work', async (t) => {
+  const { db, uow, count } = await setup(t);
+  await uow.run(async () => {
+    await db.sql()`insert into probe values (1, 'kept')`;
+    await t.rejects(
+      uow.run(
+        async () => {
+          await db.sql()`insert into probe values (2, 'dropped')`;
+          throw new Error('inner');
+        },
+        { nested: true },
+      ),
+      /inner/,
+    );
+  });
+  t.equal(await count(), 1);
+});
+
+void t.test('transactions run at READ COMMITTED with the configured timeouts', async (t) => {
+  const { db, uow } = await setup(t, {
+    lockTimeoutMs: 1234,
+    statementTimeoutMs: 4567,
+    transactionTimeoutMs: 8910,
+  });
+  const row = await uow.run(async () => {
+    const [r] = await db.sql()<{ iso: string; lt: string; st: string; tt: string }[]>`
+      select current_setting('transaction_isolation') as iso, current_setting('lock_timeout') as lt,
+             current_setting('statement_timeout') as st, current_setting('transaction_timeout') as tt`;
+    return r;
+  });
+  t.same(row, { iso: 'read committed', lt: '1234ms', st: '4567ms', tt: '8910ms' });
+});
+
+void t.test(
+  'a fault-injected deadlock on attempt 1 runs the function again and commits once',
+  async (t) => {
+    let calls = 0;
+    const retries: string[] = [];
+    const { db, uow, count } = await setup(t, {
+      faultHook: ({ attempt }) => (attempt === 1 ? '40P01' : undefined),
+      onRetry: ({ code }) => retries.push(code),
+    });
+    const attempts: number[] = [];
+    await uow.run(async () => {
+      calls++;
+      attempts.push(db.attempt());
+      await db.sql()`insert into probe values (1, 'once')`;
+    });
+    t.equal(calls, 2, 'the function ran twice');
+    t.same(attempts, [1, 2]);
+    t.same(retries, ['40P01']);
+    t.equal(await count(), 1, 'exactly one effect');
+  },
+);
+
+void t.test('when retries are exhausted the error surfaces', async (t) => {
+  let calls = 0;
+  const { db, uow, count } = await setup(t, { retryMax: 2, faultHook: () => '40001' });
+  await t.rejects(
+    uow.run(async () => {
+      calls++;
+      await db.sql()`insert into probe values (1, 'never')`;
+    }),
+    { code: '40001' },
+  );
+  t.equal(calls, 3, 'one run and two retries');
+  t.equal(await count(), 0);
+});
+
+void t.test('an error marked non-retryable is not retried', async (t) => {
+  let calls = 0;
+  const { uow } = await setup(t);
+  await t.rejects(
+    uow.run(() => {
+      calls++;
+      return Promise.reject(markNonRetryable(Object.assign(new Error('held'), { code: '55P03' })));
+    }),
+    /held/,
+  );
+  t.equal(calls, 1);
+});
+
+void t.test(
+  '55P03 really happens with a short lock timeout against a second open transaction',
+  async (t) => {
+    const { tdb, db, uow } = await setup(t, { lockTimeoutMs: 100, retryMax: 0 });
+    await tdb.owner`insert into probe values (1, 'locked')`;
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((resolve) => (locked = resolve));
+    const holder = tdb.owner.begin(async (tx) => {
+      await tx`update probe set v = 'holder' where id = 1`;
+      locked();
+      await held;
+    });
+    await isLocked;
+    await t.rejects(
+      uow.run(async () => {
+        await db.sql()`update probe set v = 'waiter' where id = 1`;
+      }),
+      { code: '55P03' },
+    );
+    release();
+    await holder;
+  },
+);
+
+void t.test(
+  'adapters can demand the transaction, and the pool is refused inside one',
+  async (t) => {
+    const { db, uow } = await setup(t);
+    t.throws(() => db.tx('taking a key'), TransactionRequiredError);
+    t.equal(db.attempt(), 0);
+    t.ok(db.poolOutsideTransaction('replay read'), 'the pool is fine outside');
+    await uow.run(async () => {
+      t.ok(uow.inTransaction());
+      t.ok(db.tx('taking a key'));
+      t.throws(() => db.poolOutsideTransaction('replay read'), PoolInsideTransactionError);
+      await db.sql()`select 1`;
+    });
+    t.notOk(uow.inTransaction());
+  },
+);

@@ -1,0 +1,183 @@
+/**
+ * The unit of work over postgres.js: one AsyncLocalStorage holds the current
+ * transaction, adapters reach it through {@link PgDatabase}, and the
+ * outermost run retries what PostgreSQL calls retryable.
+ */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  isRetryable,
+  PoolInsideTransactionError,
+  TransactionRequiredError,
+  type UnitOfWork,
+  type UnitOfWorkOptions,
+} from '../../kernel/txn/index.js';
+import type { ISql, Sql, TransactionSql } from './client.js';
+
+/** What the ambient storage holds for the current unit of work. */
+interface Frame {
+  /** The transaction, or the innermost savepoint's handle. */
+  readonly tx: TransactionSql;
+  /** 1 for the first run of the outermost function, 2 for its first retry, ... */
+  readonly attempt: number;
+}
+
+/** Timeouts applied to every transaction, in milliseconds (0 disables one). */
+export interface TransactionTimeouts {
+  readonly lockTimeoutMs: number;
+  readonly statementTimeoutMs: number;
+  readonly transactionTimeoutMs: number;
+}
+
+/** Context given to the test fault hook. */
+export interface FaultContext {
+  /** The attempt about to commit (1 is the first run). */
+  readonly attempt: number;
+  /** The unit of work's name, when given. */
+  readonly name: string | undefined;
+}
+
+/** Options of {@link PgUnitOfWork}. */
+export interface PgUnitOfWorkOptions extends TransactionTimeouts {
+  /** Retries after the first attempt (`database.tx_retry_max`). */
+  readonly retryMax: number;
+  /** Base of the jittered exponential backoff between attempts, in ms (default 5). */
+  readonly backoffBaseMs?: number;
+  /**
+   * Test only: called after `fn` resolves and before COMMIT; a SQLSTATE it
+   * returns is raised by PostgreSQL itself in the transaction, so the failure
+   * is as real as a deadlock would be.
+   */
+  readonly faultHook?: (ctx: FaultContext) => string | undefined;
+  /** Called before each retry, for logs and metrics. */
+  readonly onRetry?: (ctx: { attempt: number; code: string; name: string | undefined }) => void;
+}
+
+/**
+ * Access to the database for adapters: the ambient transaction when inside a
+ * unit of work, the pool otherwise.
+ */
+export class PgDatabase {
+  /** @internal the storage shared with the unit of work. */
+  readonly storage = new AsyncLocalStorage<Frame>();
+
+  /** @param pool the application role's pool. */
+  constructor(private readonly pool: Sql) {}
+
+  /**
+   * The client to query with: the ambient transaction inside a unit of work,
+   * else the pool.
+   *
+   * @returns a postgres.js client.
+   */
+  sql(): ISql {
+    return this.storage.getStore()?.tx ?? this.pool;
+  }
+
+  /**
+   * The ambient transaction, for adapters whose statements are meaningful
+   * only inside one (e.g. taking a key, adding a job).
+   *
+   * @param what the operation, for the error message.
+   * @returns the transaction.
+   * @throws TransactionRequiredError outside a unit of work.
+   */
+  tx(what: string): TransactionSql {
+    const frame = this.storage.getStore();
+    if (!frame) throw new TransactionRequiredError(what);
+    return frame.tx;
+  }
+
+  /**
+   * The pool itself, for work that must not join a transaction (e.g. the
+   * replay fast path's read). Refused inside a unit of work.
+   *
+   * @param what the operation, for the error message.
+   * @returns the pool.
+   * @throws PoolInsideTransactionError inside a unit of work.
+   */
+  poolOutsideTransaction(what: string): Sql {
+    if (this.storage.getStore()) throw new PoolInsideTransactionError(what);
+    return this.pool;
+  }
+
+  /** The attempt number of the ambient unit of work (1 for the first run), or 0 outside one. */
+  attempt(): number {
+    return this.storage.getStore()?.attempt ?? 0;
+  }
+}
+
+/**
+ * {@link UnitOfWork} over postgres.js. See the port for the contract.
+ */
+export class PgUnitOfWork implements UnitOfWork {
+  private readonly settings: readonly [string, string, string];
+
+  /**
+   * @param db the database whose ambient storage this unit of work fills.
+   * @param options timeouts, retries and the test fault hook.
+   */
+  constructor(
+    private readonly db: PgDatabase,
+    private readonly options: PgUnitOfWorkOptions,
+  ) {
+    this.settings = [
+      `${String(options.lockTimeoutMs)}ms`,
+      `${String(options.statementTimeoutMs)}ms`,
+      `${String(options.transactionTimeoutMs)}ms`,
+    ];
+  }
+
+  /** @inheritdoc */
+  inTransaction(): boolean {
+    return this.db.storage.getStore() !== undefined;
+  }
+
+  /** @inheritdoc */
+  async run<T>(fn: () => Promise<T>, options: UnitOfWorkOptions = {}): Promise<T> {
+    const outer = this.db.storage.getStore();
+    if (outer) {
+      if (options.nested !== true) return fn();
+      return (await outer.tx.savepoint((sp) =>
+        this.db.storage.run({ tx: sp, attempt: outer.attempt }, fn),
+      )) as T;
+    }
+    const pool = this.db.poolOutsideTransaction('opening a unit of work');
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return (await pool.begin('isolation level read committed', async (tx) => {
+          // Sent without waiting: postgres.js pipelines it ahead of fn's first
+          // statement on the same connection, saving a round trip.
+          const configured = tx`
+            select set_config('lock_timeout', ${this.settings[0]}, true),
+                   set_config('statement_timeout', ${this.settings[1]}, true),
+                   set_config('transaction_timeout', ${this.settings[2]}, true)`.execute();
+          try {
+            const result = await this.db.storage.run({ tx, attempt }, fn);
+            await configured;
+            const fault = this.options.faultHook?.({ attempt, name: options.name });
+            if (fault !== undefined) await raiseSqlState(tx, fault);
+            return result;
+          } finally {
+            // Never leave the settings promise unobserved, whatever fn did.
+            await configured.catch(() => undefined);
+          }
+        })) as T;
+      } catch (err) {
+        if (attempt > this.options.retryMax || !isRetryable(err)) throw err;
+        this.options.onRetry?.({
+          attempt,
+          code: (err as { code: string }).code,
+          name: options.name,
+        });
+        const base = this.options.backoffBaseMs ?? 5;
+        await sleep(Math.random() * base * 2 ** (attempt - 1));
+      }
+    }
+  }
+}
+
+async function raiseSqlState(tx: TransactionSql, sqlstate: string): Promise<void> {
+  await tx`select set_config('fault.sqlstate', ${sqlstate}, true)`;
+  await tx`do $$ begin raise exception 'injected fault' using errcode = current_setting('fault.sqlstate'); end $$`;
+}
