@@ -8,6 +8,7 @@ void t.test('defaults to serving every role without migrating', (t) => {
     configPath: undefined,
     migrate: false,
   });
+  t.end();
 });
 
 void t.test('reads role, config and migrate', (t) => {
@@ -23,6 +24,7 @@ void t.test('reads role, config and migrate', (t) => {
     configPath: undefined,
     migrate: false,
   });
+  t.end();
 });
 
 void t.test('migrate command', (t) => {
@@ -31,10 +33,12 @@ void t.test('migrate command', (t) => {
     configPath: 'x.json',
   });
   t.throws(() => parseCommandLine(['migrate', '--role', 'api']), UsageError);
+  t.end();
 });
 
 void t.test('help', (t) => {
   t.same(parseCommandLine(['--help']), { kind: 'help' });
+  t.end();
 });
 
 void t.test('refuses bad input with the usage text, naming the problem', (t) => {
@@ -52,4 +56,5 @@ void t.test('refuses bad input with the usage text, naming the problem', (t) => 
     t.match(err.message, message, argv.join(' '));
     t.match(err.message, /Usage:/, 'includes the usage');
   }
+  t.end();
 });

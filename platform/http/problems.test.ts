@@ -5,6 +5,7 @@ import { fieldErrors, toAppError } from './problems.js';
 void t.test('an AppError maps to itself', (t) => {
   const e = problem('not_found', 'No such account.');
   t.equal(toAppError(e), e);
+  t.end();
 });
 
 void t.test(
@@ -40,6 +41,7 @@ void t.test(
     t.same(fieldErrors('params', [{ instancePath: '/id' }]), [
       { pointer: '#path/id', code: 'invalid' },
     ]);
+    t.end();
   },
 );
 
@@ -59,6 +61,7 @@ void t.test('Fastify body errors map to their problems', (t) => {
     Object.assign(new SyntaxError('Unexpected token'), { statusCode: 400 }),
   );
   t.same(syntax.errors, [{ pointer: '#body', code: 'invalid_json' }]);
+  t.end();
 });
 
 void t.test('retryable and timeout SQLSTATEs become 503 with Retry-After', (t) => {
@@ -67,6 +70,7 @@ void t.test('retryable and timeout SQLSTATEs become 503 with Retry-After', (t) =
     t.equal(e.code, 'service_unavailable', code);
     t.equal(e.retryAfterSeconds, 1, code);
   }
+  t.end();
 });
 
 void t.test(
@@ -89,5 +93,6 @@ void t.test(
     t.notMatch(internal.detail, /srv/);
     t.equal(toAppError('a string').code, 'internal_error');
     t.equal(toAppError(null).code, 'internal_error');
+    t.end();
   },
 );
