@@ -1,0 +1,158 @@
+/**
+ * Canonical JSON (RFC 8785, JSON Canonicalization Scheme) behind a thin
+ * wrapper over the `canonicalize` package, real duplicate-member detection
+ * (which `JSON.parse` cannot do: it keeps the last duplicate silently), and
+ * the strict JSON parse that request bodies go through.
+ *
+ * Used for the idempotency fingerprint (so member order, whitespace and
+ * equivalent escapes do not change it) and for the bytes of every keyed
+ * answer (so a replay is byte-identical to the first answer).
+ */
+import canonicalize from 'canonicalize';
+import { visit } from 'jsonc-parser';
+import sjson from 'secure-json-parse';
+
+/**
+ * The RFC 8785 serialization of a JSON value: members sorted by UTF-16 code
+ * units, no insignificant whitespace, ECMAScript number formatting, minimal
+ * string escapes.
+ *
+ * @param value a JSON value (objects, arrays, strings, finite numbers, booleans, null).
+ * @returns the canonical text.
+ * @throws Error for values JSON cannot represent (NaN, Infinity, lone
+ *   surrogates, undefined at the top level).
+ */
+export function canonicalJson(value: unknown): string {
+  const text = canonicalize(value);
+  if (text === undefined) throw new TypeError('value has no JSON representation');
+  return text;
+}
+
+/**
+ * Whether any object in a JSON text names the same member twice, comparing
+ * names after unescaping (`"a"` and `"\u0061"` are the same name).
+ *
+ * @param text a JSON text; comments and trailing commas count as invalid.
+ * @returns true when a duplicate exists.
+ */
+export function hasDuplicateMembers(text: string): boolean {
+  const stack: Set<string>[] = [];
+  let duplicate = false;
+  visit(
+    text,
+    {
+      onObjectBegin: () => {
+        stack.push(new Set());
+      },
+      onObjectEnd: () => {
+        stack.pop();
+      },
+      onObjectProperty: (name) => {
+        const names = stack[stack.length - 1];
+        if (names === undefined) return;
+        if (names.has(name)) duplicate = true;
+        names.add(name);
+      },
+    },
+    { disallowComments: true, allowTrailingComma: false },
+  );
+  return duplicate;
+}
+
+/** The body part of the fingerprint, and how it was derived. */
+export interface CanonicalBody {
+  /**
+   * `json`: the RFC 8785 form of a JSON body without duplicate members;
+   * `raw`: the bytes as received (not JSON, duplicate members, or not
+   * canonicalizable); `empty`: no body.
+   */
+  readonly kind: 'json' | 'raw' | 'empty';
+  /** The bytes that enter the fingerprint. */
+  readonly bytes: Buffer;
+}
+
+/**
+ * Derives the body part of a request fingerprint from the bytes received.
+ *
+ * @param raw the body bytes, or undefined when there is none.
+ * @returns the canonical bytes for JSON, else the raw bytes.
+ */
+export function canonicalBody(raw: Buffer | undefined): CanonicalBody {
+  if (raw === undefined || raw.length === 0) return { kind: 'empty', bytes: Buffer.alloc(0) };
+  const text = raw.toString('utf8');
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return { kind: 'raw', bytes: raw };
+  }
+  try {
+    if (hasDuplicateMembers(text)) return { kind: 'raw', bytes: raw };
+    return { kind: 'json', bytes: Buffer.from(canonicalJson(value), 'utf8') };
+  } catch {
+    return { kind: 'raw', bytes: raw };
+  }
+}
+
+/** Outcome of {@link parseJsonStrict}. */
+export type StrictParse =
+  | { readonly ok: true; readonly value: unknown }
+  | {
+      readonly ok: false;
+      readonly reason: 'invalid_json' | 'lone_surrogate' | 'nul_character' | 'prototype_poisoning';
+    };
+
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+function badString(s: string): 'lone_surrogate' | 'nul_character' | undefined {
+  if (s.includes('\u0000')) return 'nul_character';
+  if (LONE_SURROGATE.test(s)) return 'lone_surrogate';
+  return undefined;
+}
+
+function findBadString(value: unknown): 'lone_surrogate' | 'nul_character' | undefined {
+  // Iterative walk: a deeply nested body must not overflow the stack.
+  const pending: unknown[] = [value];
+  while (pending.length > 0) {
+    const v = pending.pop();
+    if (typeof v === 'string') {
+      const bad = badString(v);
+      if (bad) return bad;
+    } else if (Array.isArray(v)) {
+      for (const item of v) pending.push(item);
+    } else if (typeof v === 'object' && v !== null) {
+      for (const [k, item] of Object.entries(v)) {
+        const bad = badString(k);
+        if (bad) return bad;
+        pending.push(item);
+      }
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Parses a request body as JSON the way every route of this server does:
+ * prototype poisoning (`__proto__`, `constructor.prototype`) is refused, and
+ * so are strings PostgreSQL's jsonb cannot store (U+0000, lone surrogates),
+ * so such a body is a 400 at parse time rather than a 500 at write time.
+ *
+ * @param text the body as text.
+ * @returns the value, or why it was refused.
+ */
+export function parseJsonStrict(text: string): StrictParse {
+  let value: unknown;
+  try {
+    value = sjson.parse(text, null, { protoAction: 'error', constructorAction: 'error' });
+  } catch {
+    // secure-json-parse reports both kinds as SyntaxError: tell them apart.
+    try {
+      JSON.parse(text);
+    } catch {
+      return { ok: false, reason: 'invalid_json' };
+    }
+    return { ok: false, reason: 'prototype_poisoning' };
+  }
+  const bad = findBadString(value);
+  return bad === undefined ? { ok: true, value } : { ok: false, reason: bad };
+}

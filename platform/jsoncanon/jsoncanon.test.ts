@@ -1,0 +1,100 @@
+import t from 'tap';
+import { canonicalBody, canonicalJson, hasDuplicateMembers, parseJsonStrict } from './index.js';
+
+void t.test('RFC 8785 vectors', (t) => {
+  // RFC 8785 section 3.2.3 (structure, numbers, strings).
+  const input =
+    '{"numbers":[333333333.33333329,1E30,4.50,2e-3,0.000000000000000000000000001],' +
+    '"string":"\\u20ac$\\u000F\\u000aA\'\\u0042\\u0022\\u005c\\\\\\"\\/","literals":[null,true,false]}';
+  t.equal(
+    canonicalJson(JSON.parse(input)),
+    '{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],' +
+      '"string":"\u20ac$\\u000f\\nA\'B\\"\\\\\\\\\\"/"}',
+  );
+  // RFC 8785 section 3.2.3: property sorting by UTF-16 code units.
+  const sorting =
+    '{"\\u20ac":"Euro Sign","\\r":"Carriage Return","\\ufb33":"Hebrew Letter Dalet With Dagesh",' +
+    '"1":"One","\\ud83d\\ude00":"Emoji: Grinning Face","\\u0080":"Control","\\u00f6":"Latin Small Letter O With Diaeresis"}';
+  // Object.keys would put "1" first (an integer-like key), so read the order from the text.
+  const canonical = canonicalJson(JSON.parse(sorting));
+  const keys = [...canonical.matchAll(/"((?:[^"\\]|\\.)*)":/g)].map(
+    (m) => JSON.parse(`"${m[1] ?? ''}"`) as string,
+  );
+  t.same(keys, ['\r', '1', '\u0080', '\u00f6', '\u20ac', '\ud83d\ude00', '\ufb33']);
+  // Number serialization (ECMAScript Number::toString, RFC 8785 appendix B).
+  t.equal(
+    canonicalJson([1e21, -0, 5e-324, 1.7976931348623157e308, 1e-7, 123456789012345680000]),
+    '[1e+21,0,5e-324,1.7976931348623157e+308,1e-7,123456789012345680000]',
+  );
+  t.throws(() => canonicalJson(Number.NaN));
+  t.throws(() => canonicalJson({ a: Number.POSITIVE_INFINITY }));
+  t.end();
+});
+
+void t.test('member order, whitespace and escapes do not change the canonical form', (t) => {
+  const a = canonicalBody(Buffer.from('{"b":1,"a":"x"}'));
+  const b = canonicalBody(Buffer.from(' {\n  "a" : "\\u0078",\t"b":1.0 } '));
+  t.equal(a.kind, 'json');
+  t.equal(a.bytes.toString(), '{"a":"x","b":1}');
+  t.same(b.bytes, a.bytes);
+  t.end();
+});
+
+void t.test('duplicate member names are really detected, nested and escaped', (t) => {
+  t.equal(hasDuplicateMembers('{"a":1,"a":2}'), true);
+  t.equal(hasDuplicateMembers('{"a":1,"\\u0061":2}'), true, 'escaped spelling of the same name');
+  t.equal(hasDuplicateMembers('{"x":{"a":1,"b":{"c":1,"c":2}}}'), true, 'nested');
+  t.equal(hasDuplicateMembers('[{"a":1},{"a":2}]'), false, 'same name in sibling objects');
+  t.equal(hasDuplicateMembers('{"a":{"a":1}}'), false, 'same name at different depths');
+  t.equal(hasDuplicateMembers('{"a":1,"b":[{"a":1}],"c":2}'), false);
+  t.end();
+});
+
+void t.test('a body with duplicate members is fingerprinted by its raw bytes', (t) => {
+  const raw = Buffer.from('{"a":1,"a":2}');
+  const body = canonicalBody(raw);
+  t.equal(body.kind, 'raw');
+  t.same(body.bytes, raw);
+  const other = canonicalBody(Buffer.from('{"a":2}'));
+  t.not(
+    body.bytes.toString(),
+    other.bytes.toString(),
+    'not confused with the value JSON.parse keeps',
+  );
+  t.end();
+});
+
+void t.test('bodies that are not JSON, and empty bodies', (t) => {
+  t.same(canonicalBody(Buffer.from('not json')), { kind: 'raw', bytes: Buffer.from('not json') });
+  t.same(canonicalBody(Buffer.alloc(0)), { kind: 'empty', bytes: Buffer.alloc(0) });
+  t.same(canonicalBody(undefined), { kind: 'empty', bytes: Buffer.alloc(0) });
+  t.equal(canonicalBody(Buffer.from('{"a":1} // c')).kind, 'raw', 'comments are not JSON');
+  t.end();
+});
+
+void t.test(
+  'parseJsonStrict refuses what PostgreSQL jsonb cannot hold and prototype poisoning',
+  (t) => {
+    t.same(parseJsonStrict('{"a":[1,"x"]}'), { ok: true, value: { a: [1, 'x'] } });
+    t.same(parseJsonStrict('{"a":'), { ok: false, reason: 'invalid_json' });
+    t.same(parseJsonStrict('"\\ud800"'), { ok: false, reason: 'lone_surrogate' });
+    t.same(
+      parseJsonStrict('{"k\\udc00":1}'),
+      { ok: false, reason: 'lone_surrogate' },
+      'in a member name too',
+    );
+    t.same(
+      parseJsonStrict('"\\ud83d\\ude00"'),
+      { ok: true, value: '\ud83d\ude00' },
+      'a pair is fine',
+    );
+    t.same(parseJsonStrict('"a\\u0000b"'), { ok: false, reason: 'nul_character' });
+    t.same(parseJsonStrict('{"__proto__":{"x":1}}'), { ok: false, reason: 'prototype_poisoning' });
+    t.same(parseJsonStrict('{"constructor":{"prototype":{"x":1}}}'), {
+      ok: false,
+      reason: 'prototype_poisoning',
+    });
+    t.same(parseJsonStrict('{"constructor":"fine"}'), { ok: true, value: { constructor: 'fine' } });
+    t.end();
+  },
+);
