@@ -58,3 +58,33 @@ void t.test('refuses bad input with the usage text, naming the problem', (t) => 
   }
   t.end();
 });
+
+void t.test('principal create', (t) => {
+  t.same(parseCommandLine(['principal', 'create', '--name', ' Ada ']), {
+    kind: 'principal-create',
+    configPath: undefined,
+    name: 'Ada',
+    principalKind: 'user',
+  });
+  t.same(parseCommandLine(['principal', 'create', '--name', 'Export', '--kind', 'service']), {
+    kind: 'principal-create',
+    configPath: undefined,
+    name: 'Export',
+    principalKind: 'service',
+  });
+  const bad: [string[], RegExp][] = [
+    [['principal', 'create'], /--name must be 1 to 200 characters/],
+    [['principal', 'create', '--name', 'x'.repeat(201)], /--name must be 1 to 200/],
+    [
+      ['principal', 'create', '--name', 'a', '--kind', 'robot'],
+      /--kind must be user or service, got "robot"/,
+    ],
+    [['principal', 'delete', '--name', 'a'], /Expected "principal create"/],
+    [['principal', 'create', '--name', 'a', '--role', 'api'], /takes --name, --kind and --config/],
+    [['--name', 'a'], /--name and --kind belong to "principal create"/],
+  ];
+  for (const [argv, message] of bad) {
+    t.throws(() => parseCommandLine(argv), message, argv.join(' '));
+  }
+  t.end();
+});

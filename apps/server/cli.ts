@@ -17,6 +17,12 @@ export type Command =
       readonly migrate: boolean;
     }
   | { readonly kind: 'migrate'; readonly configPath: string | undefined }
+  | {
+      readonly kind: 'principal-create';
+      readonly configPath: string | undefined;
+      readonly name: string;
+      readonly principalKind: 'user' | 'service';
+    }
   | { readonly kind: 'help' };
 
 /** Thrown for a command line the server cannot run; its message includes the usage. */
@@ -28,11 +34,14 @@ export class UsageError extends Error {
 export const USAGE = `Usage:
   server [serve] [--role api|worker|all] [--config FILE] [--migrate]
   server migrate [--config FILE]
+  server principal create --name NAME [--kind user|service] [--config FILE]
   server --help
 
   --role      api: serve HTTP; worker: run background jobs; all: both (default)
   --config    a JSON configuration file (environment variables override it)
-  --migrate   apply pending database migrations before starting`;
+  --migrate   apply pending database migrations before starting
+  --name      display name of the new principal (1 to 200 characters)
+  --kind      user (default) or service`;
 
 const ROLES: readonly Role[] = ['api', 'worker', 'all'];
 
@@ -53,9 +62,31 @@ export function parseCommandLine(argv: readonly string[]): Command {
   const { values, positionals } = parsed;
   if (values.help === true) return { kind: 'help' };
   const [command = 'serve', ...rest] = positionals;
-  if (rest.length > 0) throw new UsageError(`Unexpected argument "${rest.join(' ')}"\n\n${USAGE}`);
   const configPath = values.config;
   if (configPath === '') throw new UsageError(`--config needs a file path\n\n${USAGE}`);
+  if (command === 'principal') {
+    if (rest.length !== 1 || rest[0] !== 'create') {
+      throw new UsageError(
+        `Expected "principal create", got "principal ${rest.join(' ')}"\n\n${USAGE}`,
+      );
+    }
+    if (values.role !== undefined || values.migrate === true) {
+      throw new UsageError(`"principal create" takes --name, --kind and --config\n\n${USAGE}`);
+    }
+    const name = values.name?.trim() ?? '';
+    if (name.length < 1 || name.length > 200) {
+      throw new UsageError(`--name must be 1 to 200 characters\n\n${USAGE}`);
+    }
+    const principalKind = values.kind ?? 'user';
+    if (principalKind !== 'user' && principalKind !== 'service') {
+      throw new UsageError(`--kind must be user or service, got "${principalKind}"\n\n${USAGE}`);
+    }
+    return { kind: 'principal-create', configPath, name, principalKind };
+  }
+  if (rest.length > 0) throw new UsageError(`Unexpected argument "${rest.join(' ')}"\n\n${USAGE}`);
+  if (values.name !== undefined || values.kind !== undefined) {
+    throw new UsageError(`--name and --kind belong to "principal create"\n\n${USAGE}`);
+  }
   if (command === 'migrate') {
     if (values.role !== undefined || values.migrate === true) {
       throw new UsageError(`"migrate" takes only --config\n\n${USAGE}`);
@@ -80,6 +111,8 @@ function parse(argv: readonly string[]) {
       config: { type: 'string' },
       migrate: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
+      name: { type: 'string' },
+      kind: { type: 'string' },
     },
   });
 }

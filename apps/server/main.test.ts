@@ -1,6 +1,7 @@
 import t from 'tap';
 import { testDatabase } from '../../test/harness/db.js';
 import { startServerProcess } from '../../test/harness/process.js';
+import { installWorkerSchema } from '../../platform/jobs/index.js';
 
 void t.test('a bad configuration value stops start-up naming the key', async (t) => {
   const p = startServerProcess(['--role', 'api'], { HTTP__PORT: 'abc' });
@@ -39,6 +40,10 @@ void t.test('role api listens, answers readyz and stops cleanly on SIGTERM', asy
   const db = await testDatabase(t);
   const p = startServerProcess(['--role', 'api'], { DATABASE__URL: db.appUrl, HTTP__PORT: '0' });
   const listening = await p.waitForLine((l) => l['msg'] === 'listening');
+  t.notOk(
+    p.lines.some((l) => l['msg'] === 'jobs started'),
+    'the api role runs no jobs',
+  );
   const address = listening['address'] as string;
   const res = await fetch(`${address}/readyz`);
   t.equal(res.status, 200);
@@ -47,8 +52,9 @@ void t.test('role api listens, answers readyz and stops cleanly on SIGTERM', asy
   t.ok(p.lines.some((l) => l['msg'] === 'stopped'));
 });
 
-void t.test('role worker does not listen and stops cleanly on SIGINT', async (t) => {
+void t.test('role worker runs jobs, does not listen, and stops cleanly on SIGINT', async (t) => {
   const db = await testDatabase(t);
+  await installWorkerSchema(db.ownerUrl, db.state.app.name);
   const p = startServerProcess(['--role', 'worker'], { DATABASE__URL: db.appUrl, HTTP__PORT: '0' });
   await p.waitForLine((l) => l['msg'] === 'started');
   t.notOk(

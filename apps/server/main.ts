@@ -7,8 +7,12 @@
  */
 import { ConfigError, loadConfigFromProcess, type Config } from '../../platform/config/index.js';
 import { createLogger, type Logger } from '../../platform/log/index.js';
+import { installWorkerSchema } from '../../platform/jobs/index.js';
 import { runMigrations } from '../../platform/migrate/index.js';
 import { assertServerVersion, createSql } from '../../platform/pg/client.js';
+import { PgDatabase, PgUnitOfWork } from '../../platform/pg/uow.js';
+import { systemClock } from '../../kernel/clock/index.js';
+import { createPrincipalWithToken } from '../../modules/identity/index.js';
 import { openDatabase, type DatabaseTarget } from '../../platform/pg/database.js';
 import { buildApp, type App } from './app.js';
 import { parseCommandLine, USAGE, UsageError, type Command } from './cli.js';
@@ -33,6 +37,9 @@ async function migrate(target: DatabaseTarget, logger: Logger): Promise<void> {
       logger.info(m);
     },
   });
+  await installWorkerSchema(target.ownerUrl, target.appRole, { logger });
+  // graphile-migrate keeps its pool open briefly after use.
+  await new Promise((resolve) => setTimeout(resolve, 300));
   logger.info('migrations applied');
 }
 
@@ -75,6 +82,10 @@ async function serve(
     }
     if (command.migrate) await migrate(target, logger);
     app = await buildApp({ config, appUrl: target.appUrl, logger });
+    if (command.role === 'worker' || command.role === 'all') {
+      await app.startJobs();
+      logger.info({ role: command.role }, 'jobs started');
+    }
     if (command.role === 'api' || command.role === 'all') {
       const address = await app.http.listen({ host: config.http.host, port: config.http.port });
       logger.info({ address, role: command.role }, 'listening');
@@ -117,9 +128,32 @@ async function main(argv: readonly string[]): Promise<void> {
     const target = await openDatabase(config.database);
     try {
       await migrate(target, logger);
-      // graphile-migrate keeps its pool open briefly after use.
-      await new Promise((resolve) => setTimeout(resolve, 300));
     } finally {
+      await target.close();
+    }
+    return;
+  }
+  if (command.kind === 'principal-create') {
+    const target = await openDatabase(config.database);
+    const sql = createSql(target.appUrl, { max: 2, applicationName: `${config.app.name}-cli` });
+    try {
+      const db = new PgDatabase(sql);
+      const uow = new PgUnitOfWork(db, {
+        lockTimeoutMs: config.database.lock_timeout,
+        statementTimeoutMs: config.database.statement_timeout,
+        transactionTimeoutMs: config.database.transaction_timeout,
+        retryMax: config.database.tx_retry_max,
+      });
+      const created = await createPrincipalWithToken(
+        { db, uow, clock: systemClock },
+        { displayName: command.name, kind: command.principalKind },
+      );
+      process.stdout.write(
+        `principal ${created.principalId} (${command.principalKind}) created\n` +
+          `token (shown once, keep it secret): ${created.token}\n`,
+      );
+    } finally {
+      await sql.end({ timeout: 5 });
       await target.close();
     }
     return;

@@ -11,3 +11,4 @@ export type {
   PrincipalKind,
 } from './actor.js';
 export { anonymous, isPrincipal, principalActor } from './actor.js';
+export type { Authenticator, PrincipalDirectory, PrincipalInfo } from './ports.js';

@@ -1,6 +1,11 @@
 import { Writable } from 'node:stream';
 import t from 'tap';
+import { principalActor, type Authenticator } from '../../kernel/actor/index.js';
+import { ManualClock } from '../../kernel/clock/index.js';
+import { requireContext } from '../../kernel/context/index.js';
 import { problem } from '../../kernel/errs/index.js';
+import { newId, type Id } from '../../kernel/ids/index.js';
+import { InMemoryMetrics } from '../../kernel/metrics/index.js';
 import { createLogger } from '../log/index.js';
 import { createHttpServer } from './server.js';
 
@@ -16,14 +21,37 @@ function logSink() {
   return { lines, logger: createLogger({ appName: 'svc-under-test', level: 'info', stream }) };
 }
 
-function server(readiness: () => Promise<void> = () => Promise.resolve()) {
+const alice: Id = newId();
+/** An in-memory Authenticator: one good token, one that stands for a revoked one. */
+const authenticator: Authenticator = {
+  authenticate: (token) =>
+    Promise.resolve(
+      token === 'good-token' ? principalActor({ principalId: alice, principalKind: 'user' }) : null,
+    ),
+};
+
+async function server(
+  readiness: () => Promise<void> = () => Promise.resolve(),
+  rateLimit = { max: 1000, windowMs: 60_000 },
+) {
   const sink = logSink();
-  const app = createHttpServer({ logger: sink.logger, bodyLimit: 1024, readiness });
-  return { app, sink };
+  const metrics = new InMemoryMetrics();
+  const app = await createHttpServer({
+    logger: sink.logger,
+    bodyLimit: 1024,
+    readiness,
+    appName: 'svc-under-test',
+    apiVersion: '1.0.0',
+    authenticator,
+    clock: new ManualClock('2026-01-01T00:00:00Z'),
+    rateLimit,
+    metrics,
+  });
+  return { app, sink, metrics };
 }
 
 void t.test('healthz answers while the process is up', async (t) => {
-  const { app } = server();
+  const { app } = await server();
   const res = await app.inject({ method: 'GET', url: '/healthz' });
   t.equal(res.statusCode, 200);
   t.same(res.json(), { status: 'ok' });
@@ -31,7 +59,7 @@ void t.test('healthz answers while the process is up', async (t) => {
 
 void t.test('readyz reflects the readiness probe', async (t) => {
   let ok = true;
-  const { app } = server(() =>
+  const { app } = await server(() =>
     ok ? Promise.resolve() : Promise.reject(new Error('connection refused to 10.0.0.1')),
   );
   t.equal((await app.inject({ method: 'GET', url: '/readyz' })).statusCode, 200);
@@ -46,7 +74,7 @@ void t.test('readyz reflects the readiness probe', async (t) => {
 void t.test(
   'a valid Correlation-Id is kept and echoed, anything else replaced by a UUIDv7',
   async (t) => {
-    const { app, sink } = server();
+    const { app, sink } = await server();
     const given = '0190F2A4-1B2C-7D3E-8F40-123456789ABC';
     const kept = await app.inject({
       method: 'GET',
@@ -75,7 +103,7 @@ void t.test(
 void t.test(
   'every error is problem+json with code and correlation_id, unknown errors leak nothing',
   async (t) => {
-    const { app } = server();
+    const { app } = await server();
     app.get('/known', { config: { auth: 'none' } }, () => {
       throw problem('conflict', 'Already there.', {
         reason: 'duplicate',
@@ -112,3 +140,152 @@ void t.test(
     t.equal(missing.json<{ code: string }>().code, 'not_found');
   },
 );
+
+void t.test('authentication runs before the body is read', async (t) => {
+  const { app } = await server();
+  let handlerRan = false;
+  app.post('/api/v1/things', { config: { auth: 'required', idempotent: false } }, () => {
+    handlerRan = true;
+    return { ok: true };
+  });
+  const res = await app.inject({
+    method: 'POST',
+    url: '/api/v1/things',
+    headers: { 'content-type': 'application/json' },
+    payload: '{not json and far too long'.padEnd(5000, 'x'),
+  });
+  t.equal(res.statusCode, 401, 'not 400 (parse) nor 413 (size): the body was never read');
+  t.equal(res.json<{ code: string }>().code, 'unauthenticated');
+  t.equal(res.headers['www-authenticate'], 'Bearer');
+  t.notOk(handlerRan);
+});
+
+void t.test('auth modes: required, optional and none', async (t) => {
+  const { app } = await server();
+  const seen: string[] = [];
+  const who = () => {
+    const actor = requireContext().actor;
+    seen.push(actor.kind === 'principal' ? actor.principalId : 'anonymous');
+    return { ok: true };
+  };
+  app.get('/api/v1/required', { config: { auth: 'required' } }, who);
+  app.get('/api/v1/optional', { config: { auth: 'optional' } }, who);
+  app.get('/api/v1/public', { config: { auth: 'none' } }, who);
+  const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
+
+  t.equal(
+    (await app.inject({ url: '/api/v1/required', headers: bearer('good-token') })).statusCode,
+    200,
+  );
+  t.equal((await app.inject({ url: '/api/v1/optional' })).statusCode, 200, 'anonymous allowed');
+  t.equal(
+    (await app.inject({ url: '/api/v1/optional', headers: bearer('good-token') })).statusCode,
+    200,
+  );
+  const revoked = await app.inject({ url: '/api/v1/optional', headers: bearer('revoked-token') });
+  t.equal(revoked.statusCode, 401, 'a bad token is 401 even where anonymous callers are allowed');
+  t.equal(revoked.headers['www-authenticate'], 'Bearer error="invalid_token"');
+  const malformed = await app.inject({
+    url: '/api/v1/required',
+    headers: { authorization: 'Basic abc' },
+  });
+  t.equal(malformed.statusCode, 401);
+  t.equal(malformed.headers['www-authenticate'], 'Bearer error="invalid_request"');
+  t.equal(
+    (await app.inject({ url: '/api/v1/public', headers: bearer('revoked-token') })).statusCode,
+    200,
+    'a public route never looks at the header',
+  );
+  t.same(seen, [alice, 'anonymous', alice, 'anonymous']);
+  const unknown = await app.inject({ url: '/api/v1/nothing-here' });
+  t.equal(unknown.statusCode, 404, 'an unknown route is 404 for anonymous callers too');
+});
+
+void t.test(
+  'a throttled request is 429 problem+json with RateLimit headers, keyed by principal',
+  async (t) => {
+    const { app } = await server(undefined, { max: 2, windowMs: 60_000 });
+    app.get('/api/v1/limited', { config: { auth: 'optional' } }, () => ({ ok: true }));
+    const good = { authorization: 'Bearer good-token' };
+    const first = await app.inject({ url: '/api/v1/limited', headers: good });
+    t.equal(first.statusCode, 200);
+    t.equal(first.headers['ratelimit-limit'], '2');
+    t.equal(first.headers['ratelimit-remaining'], '1');
+    t.equal((await app.inject({ url: '/api/v1/limited', headers: good })).statusCode, 200);
+    const third = await app.inject({ url: '/api/v1/limited', headers: good });
+    t.equal(third.statusCode, 429);
+    t.equal(third.headers['content-type'], 'application/problem+json; charset=utf-8');
+    t.equal(third.json<{ code: string }>().code, 'rate_limited');
+    t.ok(Number(third.headers['retry-after']) >= 1, 'Retry-After is set');
+    t.equal(third.headers['ratelimit-remaining'], '0');
+    t.equal(
+      (await app.inject({ url: '/api/v1/limited' })).statusCode,
+      200,
+      'an anonymous caller (by address) has a budget of its own',
+    );
+    t.equal((await app.inject({ url: '/healthz' })).statusCode, 200, 'probes are not throttled');
+  },
+);
+
+void t.test('bodies: JSON only (415), within the limit (413), valid (400)', async (t) => {
+  const { app } = await server();
+  app.post('/api/v1/echo', { config: { auth: 'none', idempotent: false } }, (req) => ({
+    got: req.body,
+  }));
+  const text = await app.inject({
+    method: 'POST',
+    url: '/api/v1/echo',
+    headers: { 'content-type': 'text/plain' },
+    payload: 'hello',
+  });
+  t.equal(text.statusCode, 415);
+  t.equal(text.json<{ code: string }>().code, 'unsupported_media_type');
+  const big = await app.inject({
+    method: 'POST',
+    url: '/api/v1/echo',
+    headers: { 'content-type': 'application/json' },
+    payload: JSON.stringify({ s: 'x'.repeat(2000) }),
+  });
+  t.equal(big.statusCode, 413);
+  t.equal(big.json<{ code: string }>().code, 'payload_too_large');
+  const broken = await app.inject({
+    method: 'POST',
+    url: '/api/v1/echo',
+    headers: { 'content-type': 'application/json' },
+    payload: '{"a":',
+  });
+  t.equal(broken.statusCode, 400);
+  t.same(broken.json<{ errors: unknown }>().errors, [{ pointer: '#body', code: 'invalid_json' }]);
+});
+
+void t.test('requests are counted by route and status', async (t) => {
+  const { app, metrics } = await server();
+  await app.inject({ url: '/healthz' });
+  await app.inject({ url: '/healthz' });
+  await app.inject({ url: '/nowhere' });
+  t.equal(
+    metrics.value('http_requests_total', { method: 'GET', route: '/healthz', status: 200 }),
+    2,
+  );
+  t.equal(
+    metrics.value('http_requests_total', { method: 'GET', route: 'unmatched', status: 404 }),
+    1,
+  );
+});
+
+void t.test('the API document is generated and its UI is public', async (t) => {
+  const { app } = await server();
+  app.post(
+    '/api/v1/widgets',
+    { config: { auth: 'required', idempotent: false }, schema: { operationId: 'createWidget' } },
+    () => ({ ok: true }),
+  );
+  await app.ready();
+  const doc = app.swagger() as { info: { title: string }; paths: Record<string, unknown> };
+  t.equal(doc.info.title, 'svc-under-test');
+  t.ok(doc.paths['/api/v1/widgets'], 'the route is documented');
+  t.notOk(doc.paths['/healthz'], 'probes are hidden');
+  const ui = await app.inject({ url: '/docs/' });
+  t.equal(ui.statusCode, 200, 'the UI needs no token');
+  t.match(ui.headers['content-type'], /text\/html/);
+});

@@ -10,11 +10,22 @@ import Fastify, {
   type FastifyInstance,
   type FastifyReply,
   type FastifyRequest,
+  type RouteOptions,
 } from 'fastify';
+import rateLimit from '@fastify/rate-limit';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { Authenticator } from '../../kernel/actor/index.js';
+import type { Clock } from '../../kernel/clock/index.js';
+import type { Metrics } from '../../kernel/metrics/index.js';
 import { isUuid, newId } from '../../kernel/ids/index.js';
-import { newRequestContext, runWithContext } from '../../kernel/context/index.js';
-import { toProblemBody, type AppError } from '../../kernel/errs/index.js';
+import { currentContext, newRequestContext, runWithContext } from '../../kernel/context/index.js';
+import { problem, toProblemBody, type AppError } from '../../kernel/errs/index.js';
+import { authenticationHook } from './auth.js';
+import { idempotencyPlugin, type IdempotencyOptions } from './idempotency/plugin.js';
+import { documentKeyedRoute } from './idempotency/openapi.js';
+import { jsonBodyParser } from './body.js';
 import { toAppError } from './problems.js';
 import './types.js';
 
@@ -38,7 +49,27 @@ export interface HttpServerOptions {
   readonly bodyLimit: number;
   /** Resolves when the database is reachable; rejects otherwise (`/readyz`). */
   readonly readiness: () => Promise<void>;
+  /** The service name (`app.name`): the API document's title. */
+  readonly appName: string;
+  /** The API document's version. */
+  readonly apiVersion: string;
+  /** Resolves bearer tokens (the identity module). */
+  readonly authenticator: Authenticator;
+  /** The kernel clock. */
+  readonly clock: Clock;
+  /** Requests per window per principal (or address, for anonymous callers). */
+  readonly rateLimit: { readonly max: number; readonly windowMs: number };
+  /** Where request counts and durations go. */
+  readonly metrics: Metrics;
+  /**
+   * The idempotency stage (store, unit of work, key TTL). Without it the
+   * server has no keyed routes (a route declaring `idempotent` still must).
+   */
+  readonly idempotency?: IdempotencyOptions;
 }
+
+/** Where the API document's UI is served. */
+export const DOCS_PREFIX = '/docs';
 
 /**
  * Sends an {@link AppError} as problem+json with its headers.
@@ -75,13 +106,15 @@ export function correlationIdOf(req: {
 }
 
 /**
- * Creates the server with the cross-cutting stages registered; routes are
+ * Creates the server with the cross-cutting stages registered in the order of
+ * docs/architecture/overview.md (correlation, routing, authentication, rate
+ * limit; the idempotency plugin and validation come per route). Routes are
  * added by the caller (modules' http/ folders) before `ready()`.
  *
- * @param options name, logging, limits and the readiness probe.
+ * @param options name, logging, limits, ports and the readiness probe.
  * @returns the Fastify instance, not listening.
  */
-export function createHttpServer(options: HttpServerOptions): HttpServer {
+export async function createHttpServer(options: HttpServerOptions): Promise<HttpServer> {
   const app = Fastify({
     loggerInstance: options.logger,
     bodyLimit: options.bodyLimit,
@@ -92,11 +125,96 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
     forceCloseConnections: 'idle',
   }).withTypeProvider<TypeBoxTypeProvider>();
 
+  // Every route, as declared, for the idempotency plugin's start-up checks.
+  const allRoutes: RouteOptions[] = [];
+  app.addHook('onRoute', (route) => {
+    allRoutes.push(route);
+  });
+
+  // Bodies are JSON or nothing: any other content type is 415 before parsing.
+  // JSON bodies keep their raw bytes (the idempotency fingerprint), refuse
+  // prototype poisoning, and refuse what PostgreSQL's jsonb cannot hold.
+  app.removeContentTypeParser(['text/plain', 'application/json']);
+  app.decorateRequest('rawBody', null);
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, jsonBodyParser);
+
+  // Stage 1, correlation: echo the id and open the request context.
   app.addHook('onRequest', (req, reply, done) => {
     reply.header('correlation-id', req.id);
     // Callback style: everything after this hook runs inside the context.
     runWithContext(newRequestContext(req.id), done);
   });
+
+  // Stage 3, authentication: app-level, so it runs before every route-level
+  // onRequest hook, the rate limit's included.
+  app.addHook('onRequest', authenticationHook(options.authenticator, options.clock));
+
+  // The API document's UI is public.
+  app.addHook('onRoute', (route) => {
+    if (route.url.startsWith(DOCS_PREFIX)) route.config = { ...route.config, auth: 'none' };
+  });
+
+  const requests = options.metrics.counter(
+    'http_requests_total',
+    'HTTP requests by route and status.',
+    ['method', 'route', 'status'],
+  );
+  const durations = options.metrics.histogram(
+    'http_request_duration_seconds',
+    'HTTP request durations by route.',
+    ['method', 'route'],
+  );
+  app.addHook('onResponse', (req, reply, done) => {
+    const route = req.is404 ? 'unmatched' : (req.routeOptions.url ?? 'unmatched');
+    requests.inc({ method: req.method, route, status: reply.statusCode });
+    durations.observe({ method: req.method, route }, reply.elapsedTime / 1000);
+    done();
+  });
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: { title: options.appName, version: options.apiVersion },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      security: [{ bearer: [] }],
+    },
+    transform: ({ schema, url, route }) => ({
+      schema: documentKeyedRoute(
+        schema as Record<string, unknown> | undefined,
+        route.config?.idempotent,
+      ) as typeof schema,
+      url,
+    }),
+  });
+  await app.register(swaggerUi, { routePrefix: DOCS_PREFIX });
+
+  // Stage 4, rate limit: route-level onRequest hooks added to every route
+  // declared after this registration.
+  await app.register(rateLimit, {
+    global: true,
+    max: options.rateLimit.max,
+    timeWindow: options.rateLimit.windowMs,
+    enableDraftSpec: true,
+    keyGenerator: (req) => {
+      const actor = currentContext()?.actor;
+      return actor?.kind === 'principal' ? `principal:${actor.principalId}` : `address:${req.ip}`;
+    },
+    errorResponseBuilder: (_req, context) =>
+      problem('rate_limited', 'Too many requests; slow down.', {
+        retryAfterSeconds: Math.max(1, Math.ceil(context.ttl / 1000)),
+        hint: 'Wait for the time in Retry-After, then repeat the request (with the same Idempotency-Key, if any).',
+      }),
+  });
+
+  // Stage 5, idempotency: per keyed route, before validation and around the handler.
+  if (options.idempotency !== undefined) {
+    await app.register(idempotencyPlugin, {
+      ...options.idempotency,
+      clock: options.clock,
+      metrics: options.metrics,
+      allRoutes: () => allRoutes,
+    });
+  }
 
   app.setErrorHandler((error: unknown, req: FastifyRequest, reply: FastifyReply) => {
     const appError = toAppError(error);
@@ -116,22 +234,26 @@ export function createHttpServer(options: HttpServerOptions): HttpServer {
     ),
   );
 
-  app.get('/healthz', { config: { auth: 'none' }, schema: { hide: true } }, () =>
+  app.get('/healthz', { config: { auth: 'none', rateLimit: false }, schema: { hide: true } }, () =>
     Promise.resolve({ status: 'ok' }),
   );
-  app.get('/readyz', { config: { auth: 'none' }, schema: { hide: true } }, async (req, reply) => {
-    try {
-      await options.readiness();
-      return { status: 'ready' };
-    } catch (err) {
-      req.log.warn({ err }, 'not ready');
-      return sendProblem(
-        reply,
-        toAppError(Object.assign(new Error('database unreachable'), { statusCode: 503 })),
-        req.id,
-      );
-    }
-  });
+  app.get(
+    '/readyz',
+    { config: { auth: 'none', rateLimit: false }, schema: { hide: true } },
+    async (req, reply) => {
+      try {
+        await options.readiness();
+        return { status: 'ready' };
+      } catch (err) {
+        req.log.warn({ err }, 'not ready');
+        return sendProblem(
+          reply,
+          toAppError(Object.assign(new Error('database unreachable'), { statusCode: 503 })),
+          req.id,
+        );
+      }
+    },
+  );
 
   return app;
 }

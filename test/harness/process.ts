@@ -38,6 +38,11 @@ export function startServerProcess(args: string[], env: Record<string, string>):
       env: {
         PATH: process.env['PATH'] ?? '/usr/bin:/bin',
         HOME: process.env['HOME'] ?? '/tmp',
+        // tap instruments child processes too; a child transpiled by tsx
+        // (esbuild) maps its coverage onto the same files differently from
+        // the test processes (ts-node), and merging the two corrupts the
+        // report. The server's own tests measure its coverage.
+        _TAPJS_PROCESSINFO_COVERAGE_: '0',
         ...env,
       },
       stdio: ['pipe', 'pipe', 'pipe'],

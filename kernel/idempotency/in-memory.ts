@@ -1,0 +1,132 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Id } from '../ids/index.js';
+import type { InMemoryTransaction, InMemoryUnitOfWork } from '../txn/in-memory.js';
+import {
+  RequestInProgressError,
+  type IdempotencyEntry,
+  type IdempotencyRequest,
+  type IdempotencyStore,
+  type StoredResponse,
+} from './index.js';
+
+interface Row {
+  sha256: Uint8Array;
+  completed: boolean;
+  response: StoredResponse | null;
+  expiresAt: number;
+  writer: InMemoryTransaction;
+}
+
+/**
+ * An {@link IdempotencyStore} in memory, for fast unit tests of the HTTP
+ * plugin. It models what the PostgreSQL store relies on: a row written by an
+ * open transaction makes a second `begin` of the same key wait until that
+ * transaction ends (up to the lock timeout, then RequestInProgressError), and
+ * a rolled-back row disappears.
+ */
+export class InMemoryIdempotencyStore implements IdempotencyStore {
+  private readonly rows = new Map<string, Row>();
+
+  /**
+   * @param uow the in-memory unit of work whose transactions writes join.
+   * @param lockTimeoutMs how long `begin` waits for a key held by an open transaction.
+   */
+  constructor(
+    private readonly uow: InMemoryUnitOfWork,
+    private readonly lockTimeoutMs = 5000,
+  ) {}
+
+  /** Rows stored, for assertions. */
+  size(): number {
+    return this.rows.size;
+  }
+
+  /**
+   * A row as stored, for assertions.
+   *
+   * @param principalId the principal.
+   * @param key the key.
+   * @returns its state and answer, or undefined.
+   */
+  peek(
+    principalId: Id,
+    key: Id,
+  ): { completed: boolean; response: StoredResponse | null } | undefined {
+    const row = this.rows.get(`${principalId}/${key}`);
+    return row === undefined ? undefined : { completed: row.completed, response: row.response };
+  }
+
+  /** @inheritdoc */
+  find(principalId: Id, key: Id, now: Date): Promise<IdempotencyEntry | null> {
+    const row = this.rows.get(`${principalId}/${key}`);
+    if (!row || !row.completed || row.writer.isOpen() || row.expiresAt <= now.getTime())
+      return Promise.resolve(null);
+    return Promise.resolve(entry(row));
+  }
+
+  /** @inheritdoc */
+  async begin(req: IdempotencyRequest): Promise<IdempotencyEntry | null> {
+    const tx = this.uow.current('taking an idempotency key');
+    const id = `${req.principalId}/${req.key}`;
+    for (;;) {
+      const row = this.rows.get(id);
+      if (row && row.writer.isOpen() && row.writer !== tx) {
+        const ended = await Promise.race([
+          row.writer.ended.then(() => true),
+          sleep(this.lockTimeoutMs, false),
+        ]);
+        if (!ended) throw new RequestInProgressError();
+        continue;
+      }
+      if (row && row.expiresAt <= req.now.getTime()) {
+        this.rows.delete(id);
+        tx.onRollback(() => this.rows.set(id, row));
+        continue;
+      }
+      if (row) return entry(row);
+      const fresh: Row = {
+        sha256: req.sha256,
+        completed: false,
+        response: null,
+        expiresAt: req.now.getTime() + req.ttlMs,
+        writer: tx,
+      };
+      this.rows.set(id, fresh);
+      tx.onRollback(() => {
+        if (this.rows.get(id) === fresh) this.rows.delete(id);
+      });
+      return null;
+    }
+  }
+
+  /** @inheritdoc */
+  complete(req: IdempotencyRequest, res: StoredResponse): Promise<void> {
+    const tx = this.uow.current('storing an idempotent answer');
+    const row = this.rows.get(`${req.principalId}/${req.key}`);
+    if (!row || row.writer !== tx)
+      return Promise.reject(new Error('complete without begin in this transaction'));
+    const before = { completed: row.completed, response: row.response };
+    row.completed = true;
+    row.response = {
+      status: res.status,
+      body: structuredClone(res.body),
+      resourceId: res.resourceId,
+    };
+    tx.onRollback(() => {
+      row.completed = before.completed;
+      row.response = before.response;
+    });
+    return Promise.resolve();
+  }
+}
+
+function entry(row: Row): IdempotencyEntry {
+  const r = row.response;
+  return {
+    sha256: row.sha256,
+    completed: row.completed,
+    status: r?.status ?? 0,
+    body: r === null ? null : structuredClone(r.body),
+    resourceId: r?.resourceId ?? null,
+  };
+}

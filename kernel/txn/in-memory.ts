@@ -1,0 +1,117 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import {
+  isRetryable,
+  TransactionRequiredError,
+  type UnitOfWork,
+  type UnitOfWorkOptions,
+} from './index.js';
+
+/**
+ * One in-memory transaction: an undo log, and a promise that settles when it
+ * commits or rolls back (what a concurrent writer of the same row waits on).
+ */
+export interface InMemoryTransaction {
+  /** Distinguishes transactions, for stores that record who wrote what. */
+  readonly id: number;
+  /** Registers how to undo a write if the transaction (or savepoint) rolls back. */
+  onRollback(undo: () => void): void;
+  /** Resolves with true on commit, false on rollback. */
+  readonly ended: Promise<boolean>;
+  /** Whether it has ended. */
+  isOpen(): boolean;
+}
+
+interface TxState extends InMemoryTransaction {
+  readonly undo: (() => void)[];
+  end(committed: boolean): void;
+}
+
+/** Options of {@link InMemoryUnitOfWork}. */
+export interface InMemoryUnitOfWorkOptions {
+  /** Retries after the first attempt. */
+  readonly retryMax: number;
+  /** Test hook: an error to throw before the commit of a given attempt. */
+  readonly faultHook?: (ctx: { attempt: number }) => Error | undefined;
+  /** Test hook: an error to throw instead of committing (a failing COMMIT). */
+  readonly commitHook?: (ctx: { attempt: number }) => Error | undefined;
+}
+
+/**
+ * A {@link UnitOfWork} for fast unit tests of code that depends on the port:
+ * writes made through stores that register undo actions are rolled back on
+ * error, savepoints roll back only their own writes, and retryable errors run
+ * the function again, as the PostgreSQL implementation does.
+ */
+export class InMemoryUnitOfWork implements UnitOfWork {
+  private readonly storage = new AsyncLocalStorage<{ tx: TxState; attempt: number }>();
+  private nextId = 1;
+
+  /** @param options retries and test hooks. */
+  constructor(private readonly options: InMemoryUnitOfWorkOptions = { retryMax: 3 }) {}
+
+  /** @inheritdoc */
+  inTransaction(): boolean {
+    return this.storage.getStore() !== undefined;
+  }
+
+  /**
+   * The ambient transaction, for in-memory stores.
+   *
+   * @param what the operation, for the error message.
+   * @returns the transaction.
+   * @throws TransactionRequiredError outside a unit of work.
+   */
+  current(what: string): InMemoryTransaction {
+    const frame = this.storage.getStore();
+    if (!frame) throw new TransactionRequiredError(what);
+    return frame.tx;
+  }
+
+  /** @inheritdoc */
+  async run<T>(fn: () => Promise<T>, options: UnitOfWorkOptions = {}): Promise<T> {
+    const outer = this.storage.getStore();
+    if (outer) {
+      if (options.nested !== true) return fn();
+      const mark = outer.tx.undo.length;
+      try {
+        return await fn();
+      } catch (err) {
+        for (const undo of outer.tx.undo.splice(mark).reverse()) undo();
+        throw err;
+      }
+    }
+    for (let attempt = 1; ; attempt++) {
+      const tx = this.newTransaction();
+      try {
+        const result = await this.storage.run({ tx, attempt }, fn);
+        const fault =
+          this.options.faultHook?.({ attempt }) ?? this.options.commitHook?.({ attempt });
+        if (fault) throw fault;
+        tx.end(true);
+        return result;
+      } catch (err) {
+        for (const undo of tx.undo.splice(0).reverse()) undo();
+        tx.end(false);
+        if (attempt > this.options.retryMax || !isRetryable(err)) throw err;
+      }
+    }
+  }
+
+  private newTransaction(): TxState {
+    let resolve!: (committed: boolean) => void;
+    const ended = new Promise<boolean>((r) => (resolve = r));
+    let open = true;
+    const undo: (() => void)[] = [];
+    return {
+      id: this.nextId++,
+      undo,
+      ended,
+      isOpen: () => open,
+      onRollback: (u) => undo.push(u),
+      end: (committed) => {
+        open = false;
+        resolve(committed);
+      },
+    };
+  }
+}

@@ -1,0 +1,72 @@
+/**
+ * Module sync: the idempotency store (table `idempotency_keys`) and its
+ * cleanup job. The composition root binds the store to the kernel port the
+ * HTTP plugin uses, and runs the cleanup task in the `worker` and `all` roles.
+ */
+import type { Clock } from '../../kernel/clock/index.js';
+import type { IdempotencyStore } from '../../kernel/idempotency/index.js';
+import type { Metrics } from '../../kernel/metrics/index.js';
+import type { ModuleDescriptor } from '../../platform/module/index.js';
+import type { PgDatabase } from '../../platform/pg/uow.js';
+import { PgExpiredKeys } from './adapters/postgres/expired-keys.js';
+import { PgIdempotencyStore } from './adapters/postgres/idempotency-store.js';
+import { runCleanup, type CleanupReport } from './app/cleanup.js';
+import { cleanupJob } from './jobs/cleanup.js';
+
+export { CLEANUP_TASK, MAINTENANCE_QUEUE } from './jobs/cleanup.js';
+export { cleanupCronPattern, type CleanupReport } from './app/cleanup.js';
+
+/** What module sync needs. */
+export interface SyncDeps {
+  readonly db: PgDatabase;
+  readonly clock: Clock;
+  readonly metrics: Metrics;
+  /** `sync.idempotency_cleanup_batch_size`. */
+  readonly cleanupBatchSize: number;
+  /** `sync.idempotency_cleanup_interval`, in ms. */
+  readonly cleanupIntervalMs: number;
+}
+
+/** Module sync's public face. */
+export interface SyncModule {
+  /** Tasks and cron items for the composition root. */
+  readonly descriptor: ModuleDescriptor;
+  /** The idempotency store, bound to the kernel port. */
+  readonly store: IdempotencyStore;
+  /**
+   * Runs one cleanup pass now (what the task does), for operations and tests.
+   *
+   * @param signal cancels between batches.
+   * @returns what was deleted.
+   */
+  cleanup(signal?: AbortSignal): Promise<CleanupReport>;
+}
+
+/**
+ * Builds module sync.
+ *
+ * @param deps database, clock, metrics and cleanup settings.
+ * @returns the module.
+ * @throws RangeError for a cleanup interval cron cannot express.
+ */
+export function createSyncModule(deps: SyncDeps): SyncModule {
+  const keys = new PgExpiredKeys(deps.db);
+  const job = cleanupJob({
+    keys,
+    clock: deps.clock,
+    metrics: deps.metrics,
+    batchSize: deps.cleanupBatchSize,
+    intervalMs: deps.cleanupIntervalMs,
+  });
+  return {
+    descriptor: { name: 'sync', tasks: [job.task], cron: [job.cron] },
+    store: new PgIdempotencyStore(deps.db),
+    cleanup: (signal) =>
+      runCleanup({
+        keys,
+        clock: deps.clock,
+        batchSize: deps.cleanupBatchSize,
+        ...(signal === undefined ? {} : { signal }),
+      }),
+  };
+}

@@ -1,0 +1,61 @@
+/**
+ * The plugin's additions to the API document, applied through
+ * @fastify/swagger's `transform` (not through `schema.headers`, which would
+ * make Fastify validate the key itself and answer with another error).
+ */
+
+/** Description of the header in the API document. */
+const KEY_DESCRIPTION =
+  'A UUIDv7, bare or as an RFC 8941 string in double quotes. The first request under a key runs; a repeat with ' +
+  'the same request gets the stored answer with Idempotent-Replay: true; another request under the same key gets ' +
+  '422 idempotency_key_reuse; a repeat while the first still runs waits, then gets the answer or ' +
+  '409 request_in_progress. Keys are per principal and expire. Ignored for anonymous callers.';
+
+type Schema = Record<string, unknown>;
+const isObject = (v: unknown): v is Schema =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * Adds the `Idempotency-Key` header parameter and the `Idempotent-Replay`
+ * response header to a keyed route's schema, for the document only.
+ *
+ * @param schema the route schema as @fastify/swagger passes it.
+ * @param idempotent the route's `config.idempotent`.
+ * @returns a new schema (the route's own is not modified).
+ */
+export function documentKeyedRoute(
+  schema: Schema | undefined,
+  idempotent: unknown,
+): Schema | undefined {
+  if (idempotent !== true && idempotent !== 'required') return schema;
+  const base: Schema = { ...(schema ?? {}) };
+  const headers = isObject(base['headers']) ? base['headers'] : { type: 'object', properties: {} };
+  const properties = isObject(headers['properties']) ? headers['properties'] : {};
+  const required = Array.isArray(headers['required']) ? (headers['required'] as string[]) : [];
+  base['headers'] = {
+    ...headers,
+    type: 'object',
+    properties: {
+      ...properties,
+      'Idempotency-Key': { type: 'string', format: 'uuid', description: KEY_DESCRIPTION },
+    },
+    required: idempotent === 'required' ? [...required, 'Idempotency-Key'] : required,
+  };
+  const response = isObject(base['response']) ? base['response'] : { 200: { type: 'object' } };
+  const documented: Schema = {};
+  for (const [status, res] of Object.entries(response)) {
+    const r: Schema = isObject(res) ? { ...res } : {};
+    const resHeaders = isObject(r['headers']) ? r['headers'] : {};
+    r['headers'] = {
+      ...resHeaders,
+      'Idempotent-Replay': {
+        type: 'string',
+        enum: ['true'],
+        description: 'Present on a stored answer given again for a repeated Idempotency-Key.',
+      },
+    };
+    documented[status] = r;
+  }
+  base['response'] = documented;
+  return base;
+}

@@ -1,0 +1,380 @@
+/**
+ * The idempotency capability end to end through Fastify `inject`, on a real
+ * PostgreSQL 18, with principals from the identity module and a test module
+ * whose handlers write an effect row inside the ambient transaction.
+ */
+import t from 'tap';
+import { newId } from '../kernel/ids/index.js';
+import { startTestApp, type TestApp, type TestPrincipal } from './harness/app.js';
+
+function send(
+  k: TestApp,
+  who: TestPrincipal | null,
+  body: unknown,
+  opts: {
+    key?: string | string[];
+    url?: string;
+    method?: 'POST' | 'PUT';
+    headers?: Record<string, string>;
+  } = {},
+) {
+  return k.app.http.inject({
+    method: opts.method ?? 'POST',
+    url: opts.url ?? '/api/v1/effects',
+    headers: {
+      'content-type': 'application/json',
+      ...(who ? who.headers : {}),
+      ...(opts.key === undefined ? {} : { 'idempotency-key': opts.key }),
+      ...opts.headers,
+    },
+    payload: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+}
+
+void t.test(
+  'replay: stored answer byte for byte, Idempotent-Replay, handler once, ETag and Location',
+  async (t) => {
+    const k = await startTestApp(t);
+    const key = newId();
+    const first = await send(k, k.alice, { label: 'one' }, { key });
+    t.equal(first.statusCode, 201);
+    const id = first.json<{ id: string }>().id;
+    t.equal(first.body, `{"id":"${id}","label":"one","version":1}`);
+    t.equal(first.headers.etag, '"1"');
+    t.equal(first.headers.location, `/api/v1/effects/${id}`);
+    const again = await send(k, k.alice, { label: 'one' }, { key });
+    t.equal(again.statusCode, 201);
+    t.equal(again.headers['idempotent-replay'], 'true');
+    t.same(again.rawPayload, first.rawPayload, 'raw bytes identical');
+    t.equal(again.headers['content-type'], 'application/json; charset=utf-8');
+    t.equal(again.headers.etag, '"1"');
+    t.equal(again.headers.location, first.headers.location);
+    t.equal(k.calls.get('createEffect'), 1);
+    t.equal((await k.effects()).length, 1);
+    const [row] = await k.keys();
+    t.equal(row?.['state'], 'completed');
+    t.equal(row?.['response_status'], 201);
+    t.equal(row?.['resource_id'], id);
+    t.equal(row?.['action'], 'createEffect');
+    t.equal(row?.['principal_id'], k.alice.id);
+    t.equal(
+      new Date(row?.['expires_at'] as string).getTime() -
+        new Date(row?.['created_at'] as string).getTime(),
+      24 * 3600 * 1000,
+    );
+    t.equal(
+      new Date(row?.['created_at'] as string).toISOString(),
+      k.clock.now().toISOString(),
+      'times come from the kernel clock',
+    );
+  },
+);
+
+void t.test('reuse: another body, path or If-Match under the same key is 422', async (t) => {
+  const k = await startTestApp(t);
+  const key = newId();
+  const put = (url: string, label: string, ifMatch: string) =>
+    send(k, k.alice, { label }, { key, url, method: 'PUT', headers: { 'if-match': ifMatch } });
+  t.equal((await put('/api/v1/effects/1', 'a', '"1"')).statusCode, 201);
+  for (const [url, label, ifMatch, what] of [
+    ['/api/v1/effects/1', 'b', '"1"', 'body'],
+    ['/api/v1/effects/2', 'a', '"1"', 'path'],
+    ['/api/v1/effects/1', 'a', '"2"', 'If-Match'],
+  ] as const) {
+    const res = await put(url, label, ifMatch);
+    t.equal(res.statusCode, 422, what);
+    t.equal(res.json<{ code: string }>().code, 'idempotency_key_reuse', what);
+  }
+  t.equal((await k.effects()).length, 1);
+});
+
+void t.test(
+  'equivalent JSON replays; duplicate members fingerprint raw; quoted and bare keys are one',
+  async (t) => {
+    const k = await startTestApp(t);
+    const key = newId();
+    t.equal((await send(k, k.alice, '{"label":"\\u0065q"}', { key })).statusCode, 201);
+    const eq = await send(k, k.alice, '  {  "label" : "eq" }', { key: `"${key.toUpperCase()}"` });
+    t.equal(eq.headers['idempotent-replay'], 'true');
+    const dupKey = newId();
+    t.equal((await send(k, k.alice, '{"label":"x","label":"y"}', { key: dupKey })).statusCode, 201);
+    t.equal(
+      (await send(k, k.alice, '{"label":"x","label":"y"}', { key: dupKey })).headers[
+        'idempotent-replay'
+      ],
+      'true',
+    );
+    t.equal(
+      (await send(k, k.alice, '{"label":"y"}', { key: dupKey })).statusCode,
+      422,
+      'the parsed value is not the raw request',
+    );
+  },
+);
+
+void t.test(
+  'final problems: 404 stored without effect, 409 rolled back and stored with its correlation id, 400 stored',
+  async (t) => {
+    const k = await startTestApp(t);
+    const k404 = newId();
+    const nf = await send(k, k.alice, { label: 'nf', outcome: 'not_found' }, { key: k404 });
+    t.equal(nf.statusCode, 404);
+    const nfAgain = await send(k, k.alice, { label: 'nf', outcome: 'not_found' }, { key: k404 });
+    t.equal(nfAgain.headers['idempotent-replay'], 'true');
+    t.same(nfAgain.rawPayload, nf.rawPayload);
+    const k409 = newId();
+    const conflict = await send(k, k.alice, { label: 'c', outcome: 'conflict' }, { key: k409 });
+    t.equal(conflict.statusCode, 409);
+    const conflictAgain = await send(
+      k,
+      k.alice,
+      { label: 'c', outcome: 'conflict' },
+      { key: k409 },
+    );
+    t.equal(conflictAgain.statusCode, 409);
+    t.equal(conflictAgain.headers['idempotent-replay'], 'true');
+    t.equal(
+      conflictAgain.json<{ correlation_id: string }>().correlation_id,
+      conflict.headers['correlation-id'],
+    );
+    t.not(conflictAgain.headers['correlation-id'], conflict.headers['correlation-id']);
+    t.same(await k.effects(), [], 'no effect stayed: the savepoint rolled the inserts back');
+    const k400 = newId();
+    const invalid = await send(k, k.alice, { label: '' }, { key: k400 });
+    t.equal(invalid.statusCode, 400);
+    t.equal(
+      (await send(k, k.alice, { label: '' }, { key: k400 })).headers['idempotent-replay'],
+      'true',
+    );
+    t.equal(k.calls.get('createEffect'), 2, 'the invalid body never reached the handler');
+    const states = (await k.keys()).map((r) => [r['response_status'], r['state']]);
+    t.same(states, [
+      [404, 'completed'],
+      [409, 'completed'],
+      [400, 'completed'],
+    ]);
+  },
+);
+
+void t.test(
+  '401 step-up, 428, 429 and 5xx are not stored; the repeat after a step-up takes effect once',
+  async (t) => {
+    const k = await startTestApp(t);
+    for (const [outcome, status] of [
+      ['step_up', 401],
+      ['precondition', 428],
+      ['throttled', 429],
+      ['crash', 500],
+    ] as const) {
+      const key = newId();
+      const res = await send(k, k.alice, { label: outcome, outcome }, { key });
+      t.equal(res.statusCode, status, outcome);
+      if (outcome === 'throttled') t.equal(res.headers['retry-after'], '2');
+      if (outcome === 'crash') t.notMatch(res.body, /exploded/, 'no internals');
+      t.notOk(
+        (await k.keys()).some((r) => r['key'] === key),
+        `${outcome}: nothing stored`,
+      );
+      const ok = await send(k, k.alice, { label: outcome }, { key });
+      t.equal(ok.statusCode, 201, `${outcome}: the key is still free, so the repeat runs`);
+      t.equal(
+        (await send(k, k.alice, { label: outcome }, { key })).headers['idempotent-replay'],
+        'true',
+      );
+    }
+    t.same(
+      (await k.effects()).map((e) => e.label),
+      ['crash', 'precondition', 'step_up', 'throttled'],
+      'one effect per key: the failed attempts left none',
+    );
+  },
+);
+
+void t.test('the same key under two principals is independent', async (t) => {
+  const k = await startTestApp(t);
+  const key = newId();
+  const a = await send(k, k.alice, { label: 'a' }, { key });
+  const b = await send(k, k.bob, { label: 'b' }, { key });
+  t.equal(a.statusCode, 201);
+  t.equal(b.statusCode, 201);
+  t.notOk(b.headers['idempotent-replay']);
+  t.equal((await k.effects()).length, 2);
+  t.equal((await k.keys()).length, 2);
+});
+
+void t.test('an expired key behaves as absent and begin replaces the expired row', async (t) => {
+  const k = await startTestApp(t);
+  const key = newId();
+  await send(k, k.alice, { label: 'before' }, { key });
+  k.clock.advance(24 * 3600 * 1000);
+  const after = await send(k, k.alice, { label: 'after' }, { key });
+  t.equal(after.statusCode, 201);
+  t.notOk(after.headers['idempotent-replay']);
+  const rows = await k.keys();
+  t.equal(rows.length, 1, 'the expired row was replaced');
+  t.equal(new Date(rows[0]?.['created_at'] as string).toISOString(), k.clock.now().toISOString());
+  t.same(
+    (await k.effects()).map((e) => e.label),
+    ['after', 'before'],
+  );
+});
+
+void t.test(
+  'invalid key, two keys, query string, missing required key: 400 and nothing stored',
+  async (t) => {
+    const k = await startTestApp(t);
+    const cases: [string, Parameters<typeof send>[3], string][] = [
+      ['v4 key', { key: '9b2f1a4e-8c3d-4e5f-9a6b-7c8d9e0f1a2b' }, '#header/Idempotency-Key'],
+      ['garbage', { key: 'abc' }, '#header/Idempotency-Key'],
+      ['two keys', { key: [newId(), newId()] }, '#header/Idempotency-Key'],
+      ['query', { key: newId(), url: '/api/v1/effects?debug=1' }, '#query'],
+      [
+        'missing on required',
+        { method: 'PUT', url: '/api/v1/effects/1' },
+        '#header/Idempotency-Key',
+      ],
+    ];
+    for (const [name, opts, pointer] of cases) {
+      const res = await send(k, k.alice, { label: name }, opts);
+      t.equal(res.statusCode, 400, name);
+      t.equal(res.json<{ errors: { pointer: string }[] }>().errors[0]?.pointer, pointer, name);
+    }
+    t.same(await k.keys(), [], 'nothing stored');
+    t.same(await k.effects(), []);
+  },
+);
+
+void t.test('the header is ignored on unflagged routes and for anonymous callers', async (t) => {
+  const k = await startTestApp(t);
+  const key = newId();
+  t.equal(
+    (await send(k, k.alice, { label: 'p1' }, { key, url: '/api/v1/plain-effects' })).statusCode,
+    201,
+  );
+  const p2 = await send(k, k.alice, { label: 'p2' }, { key, url: '/api/v1/plain-effects' });
+  t.equal(p2.statusCode, 201);
+  t.notOk(p2.headers['idempotent-replay']);
+  t.equal(
+    (await send(k, null, { label: 'o1' }, { key, url: '/api/v1/open-effects' })).statusCode,
+    201,
+  );
+  t.equal(
+    (await send(k, null, { label: 'o2' }, { key: 'not-a-key', url: '/api/v1/open-effects' }))
+      .statusCode,
+    201,
+  );
+  t.same(await k.keys(), []);
+  t.equal((await k.effects()).length, 4);
+});
+
+void t.test(
+  'one-time secrets (marker): never stored; a repeat is 409 one_time_secret with Idempotent-Replay',
+  async (t) => {
+    const k = await startTestApp(t);
+    const key = newId();
+    const first = await send(k, k.alice, { label: 's', outcome: 'secret' }, { key });
+    t.equal(first.statusCode, 201);
+    const secret = first.json<{ secret: string }>().secret;
+    const again = await send(k, k.alice, { label: 's', outcome: 'secret' }, { key });
+    t.equal(again.statusCode, 409);
+    t.equal(again.headers['idempotent-replay'], 'true');
+    t.equal(again.json<{ reason: string }>().reason, 'one_time_secret');
+    t.notMatch(again.body, new RegExp(secret));
+    const [row] = await k.keys();
+    t.same(row?.['response_body'], { one_time_secret: true });
+    t.notMatch(
+      JSON.stringify(row),
+      new RegExp(secret.slice(3)),
+      'no part of the secret in the row',
+    );
+    t.equal(k.calls.get('createEffect'), 1);
+  },
+);
+
+void t.test(
+  'one-time secrets (route flag): the token route never stores the token; no part of it is in clear',
+  async (t) => {
+    const k = await startTestApp(t);
+    const key = newId();
+    const create = () =>
+      k.app.http.inject({
+        method: 'POST',
+        url: '/api/v1/tokens',
+        headers: { ...k.alice.headers, 'content-type': 'application/json', 'idempotency-key': key },
+        payload: JSON.stringify({ name: 'ci' }),
+      });
+    const first = await create();
+    t.equal(first.statusCode, 201);
+    const token = first.json<{ token: string }>().token;
+    const again = await create();
+    t.equal(again.statusCode, 409);
+    t.equal(again.json<{ reason: string }>().reason, 'one_time_secret');
+    t.equal(again.headers['idempotent-replay'], 'true');
+    const keyRows = await k.tdb
+      .owner`select row_to_json(k)::text as j, encode(request_sha256, 'hex') as h from idempotency_keys k`;
+    const tokenRows = await k.tdb
+      .owner`select row_to_json(a)::text as j, encode(secret_sha256, 'hex') as h from api_tokens a`;
+    const haystack = [...keyRows, ...tokenRows]
+      .map((r) => `${String(r['j'])} ${String(r['h'])}`)
+      .join('\n');
+    const secretPart = token.slice(-24);
+    for (let i = 0; i + 8 <= secretPart.length; i += 4) {
+      t.notOk(
+        haystack.includes(secretPart.slice(i, i + 8)),
+        `no 8-character piece of the secret (${String(i)}) is stored`,
+      );
+    }
+  },
+);
+
+void t.test(
+  'a fault-injected deadlock runs the handler again with a fresh capture and one effect',
+  async (t) => {
+    const k = await startTestApp(t, {
+      faultHook: ({ attempt, name }) =>
+        name === 'createEffect' && attempt === 1 ? '40P01' : undefined,
+    });
+    const key = newId();
+    const res = await send(k, k.alice, { label: 'retried' }, { key });
+    t.equal(res.statusCode, 201);
+    t.equal(k.calls.get('createEffect'), 2, 'the handler ran twice');
+    t.equal((await k.effects()).length, 1, 'exactly one effect');
+    t.equal(
+      (await send(k, k.alice, { label: 'retried' }, { key })).headers['idempotent-replay'],
+      'true',
+    );
+  },
+);
+
+void t.test('a failing commit (deferred constraint) answers 500 and stores nothing', async (t) => {
+  const k = await startTestApp(t);
+  await k.tdb.owner`
+    alter table test_effects add constraint no_doomed check (label <> 'doomed') not valid`;
+  await k.tdb.owner`
+    create table doomed_marks (label text primary key deferrable initially deferred)`;
+  await k.tdb.owner`
+    create function fail_doomed() returns trigger language plpgsql as $$
+    begin
+      if new.label = 'commit-fails' then
+        insert into doomed_marks values ('x');
+        insert into doomed_marks values ('x');
+      end if;
+      return new;
+    end $$`;
+  await k.tdb
+    .owner`create trigger doom after insert on test_effects for each row execute function fail_doomed()`;
+  await k.tdb.owner.unsafe(`grant insert on doomed_marks to ${k.tdb.state.app.name}`);
+  const key = newId();
+  const res = await send(k, k.alice, { label: 'commit-fails' }, { key });
+  t.equal(res.statusCode, 500);
+  t.equal(res.json<{ code: string }>().code, 'internal_error');
+  t.same(await k.keys(), [], 'nothing stored');
+  t.same(await k.effects(), [], 'no effect');
+  t.equal(
+    k.metrics.value('idempotency_requests_total', {
+      route: 'createEffect',
+      outcome: 'commit_failed',
+    }),
+    1,
+  );
+});
