@@ -378,3 +378,21 @@ void t.test('a failing commit (deferred constraint) answers 500 and stores nothi
     1,
   );
 });
+
+void t.test(
+  'a deeply nested body on a keyed route is a 400 at parse time, never a 500, and nothing is stored',
+  async (t) => {
+    const k = await startTestApp(t);
+    const key = newId();
+    const deep = `{"label":"x","gate":${'['.repeat(3000)}${']'.repeat(3000)}}`;
+    const res = await send(k, k.alice, deep, { key });
+    t.equal(res.statusCode, 400);
+    t.same(res.json<{ errors: unknown }>().errors, [{ pointer: '#body', code: 'too_deep' }]);
+    t.same(await k.keys(), []);
+    t.equal(
+      (await send(k, k.alice, { label: 'fine' }, { key })).statusCode,
+      201,
+      'the key is still free',
+    );
+  },
+);

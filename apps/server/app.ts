@@ -120,7 +120,12 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     clock,
     rateLimit: { max: config.http.rate_limit_max, windowMs: config.http.rate_limit_window },
     metrics,
-    idempotency: { store: sync.store, uow, ttlMs: config.sync.idempotency_key_ttl },
+    idempotency: {
+      store: sync.store,
+      uow,
+      ttlMs: config.sync.idempotency_key_ttl,
+      waitMs: config.database.lock_timeout,
+    },
   });
   for (const m of modules) await m.routes?.(http);
   await http.ready();

@@ -124,6 +124,18 @@ async function main(argv: readonly string[]): Promise<void> {
     throw err;
   }
   const logger = createLogger({ appName: config.app.name, level: config.log.level });
+  // Backstops: a rejection nobody handled is a bug to log, not a reason to
+  // drop every in-flight request; an uncaught exception leaves the process in
+  // an unknown state, so it is logged and the process exits for its
+  // supervisor to restart it (the database stays consistent: an uncommitted
+  // transaction simply rolls back).
+  process.on('unhandledRejection', (reason) => {
+    logger.error({ err: reason }, 'unhandled promise rejection');
+  });
+  process.on('uncaughtException', (err) => {
+    logger.fatal({ err }, 'uncaught exception: exiting');
+    process.exit(1);
+  });
   if (command.kind === 'migrate') {
     const target = await openDatabase(config.database);
     try {

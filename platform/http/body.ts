@@ -6,7 +6,7 @@
  */
 import type { FastifyRequest } from 'fastify';
 import { problem } from '../../kernel/errs/index.js';
-import { parseJsonStrict } from '../jsoncanon/index.js';
+import { MAX_JSON_DEPTH, parseJsonStrict } from '../jsoncanon/index.js';
 
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
@@ -17,6 +17,7 @@ const DETAIL: Readonly<Record<string, string>> = {
   nul_character: 'The body holds the character U+0000, which cannot be stored.',
   prototype_poisoning:
     'The body holds a forbidden member name (__proto__ or constructor.prototype).',
+  too_deep: `The body nests arrays and objects deeper than ${String(MAX_JSON_DEPTH)} levels.`,
 };
 
 function refuse(code: string): Error {

@@ -28,6 +28,30 @@ const CONTEXT_ROOT: Readonly<Record<string, string>> = {
   headers: '#header',
 };
 
+/**
+ * Database conditions a client may retry: timeouts, lost or refused
+ * connections, a server shutting down (failover).
+ */
+const UNAVAILABLE_CODES: ReadonlySet<string> = new Set([
+  '57014', // statement_timeout
+  '25P03', // idle_in_transaction_session_timeout
+  '25P04', // transaction_timeout
+  '57P01', // admin_shutdown (pg_terminate_backend, fast shutdown)
+  '57P02', // crash_shutdown
+  '57P03', // cannot_connect_now
+  '53300', // too_many_connections
+  'CONNECTION_CLOSED',
+  'CONNECTION_ENDED',
+  'CONNECTION_DESTROYED',
+  'CONNECT_TIMEOUT',
+  'ECONNREFUSED',
+  'ECONNRESET',
+]);
+
+function isUnavailable(code: unknown): boolean {
+  return typeof code === 'string' && (UNAVAILABLE_CODES.has(code) || code.startsWith('08'));
+}
+
 const snake = (s: string): string => s.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase();
 
 /**
@@ -109,7 +133,7 @@ export function toAppError(err: unknown): AppError {
       cause: err,
     });
   }
-  if (isRetryable(err) || e.code === '57014' || e.code === '25P04') {
+  if (isRetryable(err) || isUnavailable(e.code)) {
     // Contention that outlived the retries, or a timeout: the client may try again.
     return problem('service_unavailable', 'The service is busy; try again shortly.', {
       retryAfterSeconds: 1,

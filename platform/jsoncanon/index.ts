@@ -99,8 +99,45 @@ export type StrictParse =
   | { readonly ok: true; readonly value: unknown }
   | {
       readonly ok: false;
-      readonly reason: 'invalid_json' | 'lone_surrogate' | 'nul_character' | 'prototype_poisoning';
+      readonly reason:
+        'invalid_json' | 'lone_surrogate' | 'nul_character' | 'prototype_poisoning' | 'too_deep';
     };
+
+/**
+ * The deepest nesting of arrays and objects a request body may have. Deeper
+ * bodies are refused before parsing: recursive code downstream (validation,
+ * cloning, serialization) would otherwise overflow the stack on a few
+ * kilobytes of brackets.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+/**
+ * Whether a JSON text nests arrays and objects deeper than a limit. A linear
+ * scan that skips strings (and escapes inside them); it does not validate.
+ *
+ * @param text the JSON text.
+ * @param limit the deepest nesting allowed.
+ * @returns true when some value is nested deeper.
+ */
+export function nestedDeeperThan(text: string, limit: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c)
+        i++; // backslash: skip the escaped character
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) {
+      inString = true;
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++depth > limit) return true;
+    } else if (c === 0x5d || c === 0x7d) {
+      depth--;
+    }
+  }
+  return false;
+}
 
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
@@ -133,7 +170,8 @@ function findBadString(value: unknown): 'lone_surrogate' | 'nul_character' | und
 
 /**
  * Parses a request body as JSON the way every route of this server does:
- * prototype poisoning (`__proto__`, `constructor.prototype`) is refused, and
+ * bodies nested deeper than {@link MAX_JSON_DEPTH} are refused, prototype
+ * poisoning (`__proto__`, `constructor.prototype`) is refused, and
  * so are strings PostgreSQL's jsonb cannot store (U+0000, lone surrogates),
  * so such a body is a 400 at parse time rather than a 500 at write time.
  *
@@ -141,6 +179,7 @@ function findBadString(value: unknown): 'lone_surrogate' | 'nul_character' | und
  * @returns the value, or why it was refused.
  */
 export function parseJsonStrict(text: string): StrictParse {
+  if (nestedDeeperThan(text, MAX_JSON_DEPTH)) return { ok: false, reason: 'too_deep' };
   let value: unknown;
   try {
     value = sjson.parse(text, null, { protoAction: 'error', constructorAction: 'error' });

@@ -1,5 +1,11 @@
 import t from 'tap';
-import { canonicalBody, canonicalJson, hasDuplicateMembers, parseJsonStrict } from './index.js';
+import {
+  canonicalBody,
+  canonicalJson,
+  hasDuplicateMembers,
+  MAX_JSON_DEPTH,
+  parseJsonStrict,
+} from './index.js';
 
 void t.test('RFC 8785 vectors', (t) => {
   // RFC 8785 section 3.2.3 (structure, numbers, strings).
@@ -98,3 +104,28 @@ void t.test(
     t.end();
   },
 );
+
+void t.test('bodies nested deeper than MAX_JSON_DEPTH are refused before parsing', (t) => {
+  const nest = (n: number) => `${'['.repeat(n)}${']'.repeat(n)}`;
+  t.same(parseJsonStrict(nest(MAX_JSON_DEPTH)), {
+    ok: true,
+    value: JSON.parse(nest(MAX_JSON_DEPTH)) as unknown,
+  });
+  t.same(parseJsonStrict(nest(MAX_JSON_DEPTH + 1)), { ok: false, reason: 'too_deep' });
+  t.same(
+    parseJsonStrict(`{"a":${nest(5000)}}`),
+    { ok: false, reason: 'too_deep' },
+    'objects count too',
+  );
+  t.same(
+    parseJsonStrict(`{"s":"${'['.repeat(5000)}"}`),
+    { ok: true, value: { s: '['.repeat(5000) } },
+    'brackets in strings do not count',
+  );
+  t.same(
+    parseJsonStrict(`{"s":"\\"${'{'.repeat(100)}"}`),
+    { ok: true, value: { s: `"${'{'.repeat(100)}` } },
+    'escaped quotes',
+  );
+  t.end();
+});

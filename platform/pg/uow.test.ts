@@ -6,7 +6,12 @@ import {
 } from '../../kernel/txn/index.js';
 import { testDatabase, type TestDatabase } from '../../test/harness/db.js';
 import { createSql } from './client.js';
-import { PgDatabase, PgUnitOfWork, type PgUnitOfWorkOptions } from './uow.js';
+import {
+  PgDatabase,
+  PgUnitOfWork,
+  TransactionEndedError,
+  type PgUnitOfWorkOptions,
+} from './uow.js';
 
 const timeouts = { lockTimeoutMs: 5000, statementTimeoutMs: 30000, transactionTimeoutMs: 60000 };
 
@@ -168,5 +173,52 @@ void t.test(
       await db.sql()`select 1`;
     });
     t.notOk(uow.inTransaction());
+  },
+);
+
+void t.test(
+  "when the connection dies under fn, run rejects at once and fn's later queries fail cleanly",
+  async (t) => {
+    const { tdb, db, uow } = await setup(t);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let later: unknown;
+    let fnDone!: () => void;
+    const fnFinished = new Promise<void>((r) => (fnDone = r));
+    const running = uow.run(async () => {
+      await db.sql()`insert into probe values (1, 'doomed')`;
+      await gate;
+      try {
+        await db.sql()`insert into probe values (2, 'after')`;
+      } catch (err) {
+        later = err;
+      } finally {
+        fnDone();
+      }
+    });
+    const settled = running.then(
+      () => 'resolved',
+      (err: unknown) => err,
+    );
+    // Wait until the transaction's insert is in, then kill its backend.
+    for (;;) {
+      const rows =
+        await tdb.owner`select 1 from pg_locks l join pg_class c on c.oid = l.relation where c.relname = 'probe' and l.mode = 'RowExclusiveLock'`;
+      if (rows.length > 0) break;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    // As superuser: other roles' transaction details are hidden from the owner.
+    const admin = createSql(tdb.adminUrl, { max: 1, applicationName: 'uow-test-admin' });
+    const killed =
+      await admin`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and xact_start is not null and pid <> pg_backend_pid() and usename = ${tdb.state.app.name}`;
+    await admin.end();
+    t.equal(killed.length, 1, 'the transaction backend was terminated');
+    const outcome = await settled;
+    t.not(outcome, 'resolved', 'run rejected while fn still waited');
+    release();
+    await fnFinished;
+    t.type(later, TransactionEndedError, "fn's next query fails at once, not on the dead socket");
+    const [row] = await tdb.owner<{ n: string }[]>`select count(*) as n from probe`;
+    t.equal(Number(row?.n), 0, 'nothing committed');
   },
 );

@@ -20,6 +20,26 @@ interface Frame {
   readonly tx: TransactionSql;
   /** 1 for the first run of the outermost function, 2 for its first retry, ... */
   readonly attempt: number;
+  /**
+   * Shared by the transaction and its savepoints: set when the transaction
+   * ended under the function's feet (connection lost, transaction_timeout),
+   * so later queries fail at once instead of going to a dead connection.
+   */
+  readonly life: { ended: unknown };
+}
+
+/**
+ * Thrown by {@link PgDatabase} when code keeps using a unit of work whose
+ * transaction already ended (its connection was lost or it timed out).
+ */
+export class TransactionEndedError extends Error {
+  override readonly name = 'TransactionEndedError';
+  /** Maps to 503 like a lost connection: the client may try again. */
+  readonly code = 'CONNECTION_CLOSED';
+  /** @param cause why the transaction ended. */
+  constructor(cause: unknown) {
+    super("the unit of work's transaction has ended (connection lost or timed out)", { cause });
+  }
 }
 
 /** Timeouts applied to every transaction, in milliseconds (0 disables one). */
@@ -71,7 +91,10 @@ export class PgDatabase {
    * @returns a postgres.js client.
    */
   sql(): ISql {
-    return this.storage.getStore()?.tx ?? this.pool;
+    const frame = this.storage.getStore();
+    if (frame === undefined) return this.pool;
+    if (frame.life.ended !== undefined) throw new TransactionEndedError(frame.life.ended);
+    return frame.tx;
   }
 
   /**
@@ -85,6 +108,7 @@ export class PgDatabase {
   tx(what: string): TransactionSql {
     const frame = this.storage.getStore();
     if (!frame) throw new TransactionRequiredError(what);
+    if (frame.life.ended !== undefined) throw new TransactionEndedError(frame.life.ended);
     return frame.tx;
   }
 
@@ -138,12 +162,23 @@ export class PgUnitOfWork implements UnitOfWork {
     const outer = this.db.storage.getStore();
     if (outer) {
       if (options.nested !== true) return fn();
-      return (await outer.tx.savepoint((sp) =>
-        this.db.storage.run({ tx: sp, attempt: outer.attempt }, fn),
-      )) as T;
+      if (outer.life.ended !== undefined) throw new TransactionEndedError(outer.life.ended);
+      return (await outer.tx.savepoint(async (sp) => {
+        const outcome = await settle(
+          this.db.storage.run({ tx: sp, attempt: outer.attempt, life: outer.life }, fn),
+        );
+        // The transaction died while fn ran: settling now would make
+        // postgres.js send ROLLBACK TO on the dead connection (see abandon()).
+        if (outer.life.ended !== undefined) return abandon<T>();
+        if (!outcome.ok) throw outcome.error;
+        return outcome.value;
+      })) as T;
     }
     const pool = this.db.poolOutsideTransaction('opening a unit of work');
     for (let attempt = 1; ; attempt++) {
+      const life: { ended: unknown } = { ended: undefined };
+      // An object, not a let: it is set inside the callback's closure.
+      const progress = { fnSettled: true };
       try {
         return (await pool.begin('isolation level read committed', async (tx) => {
           // Sent without waiting: postgres.js pipelines it ahead of fn's first
@@ -152,18 +187,24 @@ export class PgUnitOfWork implements UnitOfWork {
             select set_config('lock_timeout', ${this.settings[0]}, true),
                    set_config('statement_timeout', ${this.settings[1]}, true),
                    set_config('transaction_timeout', ${this.settings[2]}, true)`.execute();
-          try {
-            const result = await this.db.storage.run({ tx, attempt }, fn);
-            await configured;
-            const fault = this.options.faultHook?.({ attempt, name: options.name });
-            if (fault !== undefined) await raiseSqlState(tx, fault);
-            return result;
-          } finally {
-            // Never leave the settings promise unobserved, whatever fn did.
-            await configured.catch(() => undefined);
-          }
+          progress.fnSettled = false;
+          const outcome = await settle(this.db.storage.run({ tx, attempt, life }, fn));
+          progress.fnSettled = true;
+          // Never leave the settings promise unobserved, whatever fn did.
+          const settings = await settle(configured);
+          if (life.ended !== undefined) return abandon<T>();
+          if (!outcome.ok) throw outcome.error;
+          if (!settings.ok) throw settings.error;
+          const fault = this.options.faultHook?.({ attempt, name: options.name });
+          if (fault !== undefined) await raiseSqlState(tx, fault);
+          return outcome.value;
         })) as T;
       } catch (err) {
+        // postgres.js settles begin() as soon as the connection closes, even
+        // while fn still runs: mark the transaction ended so fn's next query
+        // fails at once, and never run fn again beside its own live twin.
+        life.ended = err;
+        if (!progress.fnSettled) throw err;
         if (attempt > this.options.retryMax || !isRetryable(err)) throw err;
         this.options.onRetry?.({
           attempt,
@@ -175,6 +216,28 @@ export class PgUnitOfWork implements UnitOfWork {
       }
     }
   }
+}
+
+type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
+
+async function settle<T>(p: PromiseLike<T>): Promise<Settled<T>> {
+  try {
+    return { ok: true, value: await p };
+  } catch (error) {
+    return { ok: false, error };
+  }
+}
+
+/**
+ * A promise that never settles, for a transaction callback whose connection
+ * is gone. postgres.js rejects begin() as soon as the connection closes but
+ * keeps the callback's scope alive; when the callback settles it sends COMMIT
+ * or ROLLBACK on the dead connection, which throws outside any promise and
+ * crashes the process. Never settling ends that chain; nothing references
+ * it any more, so it is collected.
+ */
+function abandon<T>(): Promise<T> {
+  return new Promise<T>(() => undefined);
 }
 
 async function raiseSqlState(tx: TransactionSql, sqlstate: string): Promise<void> {

@@ -195,6 +195,44 @@ function effectsModule(
   };
 }
 
+/**
+ * Another instance of the application (as another api process would be) on
+ * the same database as `k`, sharing its clock, gates and call counts, so
+ * duplicates can meet in PostgreSQL rather than in one process's memory.
+ *
+ * @param t the test (teardown closes it).
+ * @param k the first instance.
+ * @param options configuration overrides.
+ * @returns the second application.
+ */
+export async function secondInstance(
+  t: Test,
+  k: TestApp,
+  options: TestAppOptions = {},
+): Promise<App> {
+  const config = loadConfig({
+    env: {
+      DATABASE__URL: k.tdb.appUrl,
+      LOG__LEVEL: 'info',
+      HTTP__RATE_LIMIT_MAX: '100000',
+      ...options.env,
+    },
+  });
+  const app = await buildApp({
+    config,
+    appUrl: k.tdb.appUrl,
+    logger: createLogger({ appName: config.app.name, level: 'silent' }),
+    clock: k.clock,
+    metrics: k.metrics,
+    extraModules: (ports) => [effectsModule(ports, k.calls, k.gates)],
+  });
+  t.teardown(async () => {
+    k.gates.releaseAll();
+    await app.close();
+  });
+  return app;
+}
+
 /** Options of {@link startTestApp}. */
 export interface TestAppOptions {
   /** Configuration through environment-style keys (`DATABASE__LOCK_TIMEOUT`: '100ms'). */

@@ -45,14 +45,15 @@ export function routeLabel(route: Pick<RouteOptions, 'method' | 'url' | 'schema'
   return `${methods} ${route.url} (operationId ${typeof operationId === 'string' ? operationId : 'missing'})`;
 }
 
-function statusesOf(response: Schema): { status: number; schema: unknown }[] {
-  const out: { status: number; schema: unknown }[] = [];
+/** The declared responses with the statuses each covers (`2xx` covers 200 to 299). */
+function statusesOf(response: Schema): { status: number; covers: number[]; schema: unknown }[] {
+  const out: { status: number; covers: number[]; schema: unknown }[] = [];
   for (const [key, schema] of Object.entries(response)) {
     if (/^[1-5]xx$/i.test(key)) {
       const base = Number(key[0]) * 100;
-      out.push({ status: base, schema });
+      out.push({ status: base, covers: Array.from({ length: 100 }, (_, i) => base + i), schema });
     } else if (/^\d{3}$/.test(key)) {
-      out.push({ status: Number(key), schema });
+      out.push({ status: Number(key), covers: [Number(key)], schema });
     }
   }
   return out;
@@ -121,7 +122,7 @@ export function checkKeyedRoute(route: RouteOptions): KeyedRoute {
   const etagStatuses = new Set<number>();
   const response = isObject(schema['response']) ? schema['response'] : {};
   const statuses = statusesOf(response);
-  for (const { status, schema: resSchema } of statuses) {
+  for (const { status, covers, schema: resSchema } of statuses) {
     if (status < 200 || status > 299) continue;
     const { json, foreign } = jsonSchemaOf(resSchema);
     if (foreign.length > 0)
@@ -132,7 +133,7 @@ export function checkKeyedRoute(route: RouteOptions): KeyedRoute {
           `its ${String(status)} answer declares an ETag header, so its schema needs a required integer property "version"`,
         );
       }
-      etagStatuses.add(status);
+      for (const covered of covers) etagStatuses.add(covered);
     }
   }
   const location = config.location;

@@ -88,7 +88,7 @@ async function kit(
     clock,
     rateLimit: { max: 10_000, windowMs: 60_000 },
     metrics,
-    idempotency: { store, uow, ttlMs: 24 * 3600 * 1000 },
+    idempotency: { store, uow, ttlMs: 24 * 3600 * 1000, waitMs: options.lockTimeoutMs ?? 2000 },
   });
   const k: Kit = {
     app,
@@ -939,7 +939,7 @@ void t.test('registration-time refusals name the route', async (t) => {
       clock: new ManualClock('2026-01-01T00:00:00Z'),
       rateLimit: { max: 100, windowMs: 1000 },
       metrics: new InMemoryMetrics(),
-      idempotency: { store: new InMemoryIdempotencyStore(uow), uow, ttlMs: 1000 },
+      idempotency: { store: new InMemoryIdempotencyStore(uow), uow, ttlMs: 1000, waitMs: 1000 },
     });
     const err = await (async () => {
       try {
@@ -973,6 +973,7 @@ void t.test(
         store: new InMemoryIdempotencyStore(uow),
         uow,
         ttlMs: 1000,
+        waitMs: 1000,
         clock: new ManualClock('2026-01-01T00:00:00Z'),
         metrics: new InMemoryMetrics(),
         allRoutes: () => all,
@@ -1000,5 +1001,55 @@ void t.test(
     });
     await t.resolves(async () => fine.ready());
     await fine.close();
+  },
+);
+
+void t.test(
+  'a stored answer carries the same headers first and on replay; 2xx ranges get their ETag',
+  async (t) => {
+    const k = await kit(t, {
+      routes: (kk) => {
+        kk.app.post(
+          '/api/v1/ranged',
+          {
+            config: { idempotent: true },
+            schema: {
+              operationId: 'ranged',
+              response: { '2xx': { ...Account, headers: { ETag: Type.String() } } },
+            },
+          },
+          (_req, reply) => {
+            kk.calls.n++;
+            reply.header('x-handler-only', 'first');
+            reply.code(201);
+            return Promise.resolve({ id: newId(), name: 'r', version: 7 });
+          },
+        );
+      },
+    });
+    const first = await post(k.app, '/api/v1/ranged', {}, { 'idempotency-key': KEY });
+    const again = await post(k.app, '/api/v1/ranged', {}, { 'idempotency-key': KEY });
+    t.equal(first.statusCode, 201);
+    t.equal(
+      first.headers.etag,
+      '"7"',
+      'a 201 under a 2xx schema with an ETag header gets its ETag',
+    );
+    t.equal(again.headers.etag, '"7"');
+    t.notOk(first.headers['x-handler-only'], 'handler-set headers are not sent on stored answers');
+    const names = (h: Record<string, unknown>) =>
+      Object.keys(h)
+        .filter(
+          (n) =>
+            ![
+              'correlation-id',
+              'idempotent-replay',
+              'date',
+              'ratelimit-remaining',
+              'ratelimit-reset',
+            ].includes(n),
+        )
+        .sort();
+    t.same(names(again.headers), names(first.headers), 'same header names first and on replay');
   },
 );

@@ -70,6 +70,12 @@ export interface IdempotencyOptions {
   readonly uow: UnitOfWork;
   /** Key time to live (`sync.idempotency_key_ttl`), in ms. */
   readonly ttlMs: number;
+  /**
+   * How long a repeat waits for a first request under the same key
+   * (`database.lock_timeout`), in ms: in memory when the first runs in the
+   * same process, at the key's primary key otherwise.
+   */
+  readonly waitMs: number;
 }
 
 /** What the plugin needs besides its options: the kernel clock and metrics. */
@@ -172,6 +178,64 @@ function idempotency(
     ['route'],
   );
   const guarded = new Set<string>();
+  /**
+   * Keyed attempts running in this process, by principal and key. A duplicate
+   * waits here, in memory, instead of on a pool connection at the key's
+   * primary key: N duplicates must not starve the pool for everyone else.
+   */
+  const inflight = new Map<string, Promise<void>>();
+  const localWaiters = options.metrics.gauge(
+    'idempotency_local_waiters',
+    'Keyed requests waiting in memory for a first request under the same key in this process.',
+    [],
+  );
+  let waitingNow = 0;
+  localWaiters.set({}, 0);
+
+  /**
+   * Waits while another attempt of this process holds the key, up to the
+   * wait budget.
+   *
+   * @returns true when the key is free here (or never was held), false when the budget ran out.
+   */
+  const awaitLocalTurn = async (flightKey: string, route: KeyedRoute): Promise<boolean> => {
+    const deadline = performance.now() + options.waitMs;
+    const started = performance.now();
+    let waited = false;
+    try {
+      for (
+        let ahead = inflight.get(flightKey);
+        ahead !== undefined;
+        ahead = inflight.get(flightKey)
+      ) {
+        const left = deadline - performance.now();
+        if (left <= 0) return false;
+        if (!waited) {
+          waited = true;
+          waitingNow++;
+          localWaiters.set({}, waitingNow);
+        }
+        let timer: NodeJS.Timeout | undefined;
+        const finished = await Promise.race([
+          ahead.then(() => true),
+          new Promise<boolean>((resolve) => {
+            timer = setTimeout(() => {
+              resolve(false);
+            }, left);
+          }),
+        ]);
+        clearTimeout(timer);
+        if (!finished) return false;
+      }
+      return true;
+    } finally {
+      if (waited) {
+        waitingNow--;
+        localWaiters.set({}, waitingNow);
+        waits.observe({ route: route.operationId }, (performance.now() - started) / 1000);
+      }
+    }
+  };
 
   app.decorateRequest('idempotencyState', null);
   if (!app.hasRequestDecorator('rawBody')) app.decorateRequest('rawBody', null);
@@ -360,18 +424,45 @@ function idempotency(
     return { status: appError.status, body, code: appError.code, headers };
   };
 
-  /** Forbids `reply.send` and `reply.hijack` while a keyed handler runs: the plugin sends after the commit. */
-  const guarded_ = async <T>(reply: FastifyReply, fn: () => Promise<T>): Promise<T> => {
-    const forbid = (): never => {
-      throw new Error(
-        'a keyed handler must return its payload or throw; it may not call reply.send or reply.hijack',
-      );
+  /**
+   * Forbids `reply.send` and `reply.hijack` while a keyed handler runs: the
+   * plugin sends after the commit. The guard can be lifted early
+   * (`guard.active = false`) when the attempt ends while the handler still
+   * runs (its transaction died under it), so the plugin can answer at once.
+   */
+  const guarded_ = async <T>(
+    reply: FastifyReply,
+    guard: { active: boolean },
+    fn: () => Promise<T>,
+  ): Promise<T> => {
+    const proto = Object.getPrototypeOf(reply) as {
+      send: FastifyReply['send'];
+      hijack: FastifyReply['hijack'];
     };
-    Object.defineProperty(reply, 'send', { value: forbid, configurable: true, writable: true });
-    Object.defineProperty(reply, 'hijack', { value: forbid, configurable: true, writable: true });
+    const forbidden = (name: 'send' | 'hijack') =>
+      function (this: FastifyReply, ...args: unknown[]): unknown {
+        if (guard.active) {
+          throw new Error(
+            'a keyed handler must return its payload or throw; it may not call reply.send or reply.hijack',
+          );
+        }
+        return (proto[name] as (...a: unknown[]) => unknown).apply(this, args);
+      };
+    guard.active = true;
+    Object.defineProperty(reply, 'send', {
+      value: forbidden('send'),
+      configurable: true,
+      writable: true,
+    });
+    Object.defineProperty(reply, 'hijack', {
+      value: forbidden('hijack'),
+      configurable: true,
+      writable: true,
+    });
     try {
       return await fn();
     } finally {
+      guard.active = false;
       delete (reply as unknown as Record<string, unknown>)['send'];
       delete (reply as unknown as Record<string, unknown>)['hijack'];
     }
@@ -385,6 +476,41 @@ function idempotency(
         if (req.validationError) throw req.validationError;
         return original.call(this, req, reply);
       }
+      const flightKey = `${state.principalId}/${state.key}`;
+      if (inflight.has(flightKey)) {
+        if (!(await awaitLocalTurn(flightKey, route))) {
+          record(req, reply, route, 'in_progress');
+          return sendProblemNow(req, reply, inProgress(), false);
+        }
+        // The first request here has ended: its answer may now be stored.
+        const found = await store.find(state.principalId, state.key, clock.now());
+        if (found) return answerExisting(req, reply, state, found);
+      }
+      let release!: () => void;
+      inflight.set(
+        flightKey,
+        new Promise<void>((resolve) => {
+          release = resolve;
+        }),
+      );
+      try {
+        return await attempt(original, this, req, reply, state, route);
+      } finally {
+        inflight.delete(flightKey);
+        release();
+      }
+    };
+
+  /** One keyed request's attempts inside the unit of work, then the answer. */
+  const attempt = async (
+    original: RouteHandlerMethod,
+    instance: FastifyInstance,
+    req: FastifyRequest,
+    reply: FastifyReply,
+    state: KeyedState,
+    route: KeyedRoute,
+  ): Promise<FastifyReply> => {
+    {
       const pristineBody: unknown = structuredClone(req.body);
       const baseHeaders = { ...reply.getHeaders() };
       const request: Omit<IdempotencyRequest, 'now'> = {
@@ -394,8 +520,9 @@ function idempotency(
         sha256: state.sha256,
         ttlMs,
       };
-      // An object, not a let: it is set inside the attempt's closure.
+      // Objects, not lets: they are set inside the attempt's closure.
       const progress = { completed: false };
+      const guard = { active: false };
       let captured: Captured;
       try {
         captured = await uow.run(
@@ -424,7 +551,8 @@ function idempotency(
                   if (req.validationError) throw req.validationError;
                   const payload = await guarded_<unknown>(
                     reply,
-                    async () => await original.call(this, req, reply),
+                    guard,
+                    async () => await original.call(instance, req, reply),
                   );
                   const c = capturePayload(reply, payload);
                   // Anything but a 2xx from a returned payload is rolled back to the savepoint.
@@ -454,6 +582,9 @@ function idempotency(
           { name: route.operationId },
         );
       } catch (err) {
+        // The attempt is over; a handler still running (its transaction
+        // died under it) must not keep the plugin from answering.
+        guard.active = false;
         if (err instanceof Decided) return answerExisting(req, reply, state, err.entry);
         if (err instanceof NotStored) {
           record(req, reply, route, 'not_stored');
@@ -482,9 +613,15 @@ function idempotency(
         return sendProblemNow(req, reply, appError, false);
       }
       record(req, reply, route, 'stored');
-      for (const [name, value] of Object.entries(captured.headers)) reply.header(name, value);
+      // A stored answer leaves with exactly the headers its replay will have:
+      // those of the current request (correlation id, rate limit) and those
+      // derived from the route; headers the handler set are dropped.
+      for (const name of Object.keys(reply.getHeaders())) {
+        if (!(name in baseHeaders)) reply.removeHeader(name);
+      }
       return send(reply, route, captured.status, captured.body, resourceIdOf(captured.body), false);
-    };
+    }
+  };
 
   app.addHook('onRoute', (routeOptions) => {
     const methods = toArray(routeOptions.method);
