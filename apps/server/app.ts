@@ -13,6 +13,7 @@ import type { ModuleDescriptor } from '../../platform/module/index.js';
 import { createSql, type Sql } from '../../platform/pg/client.js';
 import { PgDatabase, PgUnitOfWork, type FaultContext } from '../../platform/pg/uow.js';
 import { createIdentityModule, type IdentityModule } from '../../modules/identity/index.js';
+import { createLedgerModule } from '../../modules/ledger/index.js';
 import { createSyncModule, type SyncModule } from '../../modules/sync/index.js';
 
 /** The API document's version. */
@@ -103,9 +104,11 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     cleanupBatchSize: config.sync.idempotency_cleanup_batch_size,
     cleanupIntervalMs: config.sync.idempotency_cleanup_interval,
   });
+  const ledger = createLedgerModule({ db, uow, clock });
   const modules: ModuleDescriptor[] = [
     identity.descriptor,
     sync.descriptor,
+    ledger.descriptor,
     ...(deps.extraModules?.({ db, uow, clock }) ?? []),
   ];
   const http = await createHttpServer({

@@ -162,7 +162,7 @@ function effectsModule(
           schema: {
             operationId: 'createEffect',
             body: EffectBody,
-            response: { 201: { ...EffectAnswer, headers: Type.Object({ ETag: Type.String() }) } },
+            response: { 201: { ...EffectAnswer, headers: { ETag: Type.String() } } },
           },
         },
         handler('createEffect'),

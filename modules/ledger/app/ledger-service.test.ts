@@ -1,0 +1,216 @@
+import t, { type Test } from 'tap';
+import { ManualClock } from '../../../kernel/clock/index.js';
+import { isAppError } from '../../../kernel/errs/index.js';
+import { newId } from '../../../kernel/ids/index.js';
+import { TransactionRequiredError } from '../../../kernel/txn/index.js';
+import { createSql } from '../../../platform/pg/client.js';
+import { PgDatabase, PgUnitOfWork } from '../../../platform/pg/uow.js';
+import { testDatabase } from '../../../test/harness/db.js';
+import { PgAccountRepository } from '../adapters/postgres/accounts.js';
+import { toMinorUnits } from '../adapters/postgres/minor-units.js';
+import { PgTransferRepository } from '../adapters/postgres/transfers.js';
+import { LedgerService, MAX_MINOR_UNITS } from './ledger-service.js';
+
+async function setup(t: Test) {
+  const tdb = await testDatabase(t);
+  // The application role, so every statement also proves its grants.
+  const pool = createSql(tdb.appUrl, { max: 4, applicationName: 'ledger-service-test' });
+  t.teardown(() => pool.end({ timeout: 1 }));
+  const db = new PgDatabase(pool);
+  const uow = new PgUnitOfWork(db, {
+    lockTimeoutMs: 5000,
+    statementTimeoutMs: 30000,
+    transactionTimeoutMs: 60000,
+    retryMax: 3,
+    backoffBaseMs: 1,
+  });
+  const clock = new ManualClock('2030-01-01T00:00:00.000Z');
+  const accounts = new PgAccountRepository(db);
+  const transfers = new PgTransferRepository(db);
+  const ledger = new LedgerService({ uow, clock, accounts, transfers });
+  const principal = newId();
+  await tdb.owner`insert into principals (id, kind, display_name) values (${principal}, 'user', 'P')`;
+  return { tdb, db, uow, clock, accounts, transfers, ledger, principal };
+}
+
+/** The code and first pointer of the AppError a promise rejects with. */
+async function refusal(p: Promise<unknown>): Promise<string> {
+  try {
+    await p;
+  } catch (err) {
+    if (!isAppError(err)) throw err;
+    return [err.code, err.reason, err.errors?.[0]?.pointer].filter(Boolean).join(' ');
+  }
+  return 'resolved';
+}
+
+void t.test('the service refuses numbers no JSON schema should have let through', async (t) => {
+  const { ledger, principal, tdb } = await setup(t);
+  for (const bad of [Number.NaN, 1.5, -1, MAX_MINOR_UNITS + 1, Number.POSITIVE_INFINITY]) {
+    t.match(
+      await refusal(ledger.openAccount(principal, { name: 'a', openingBalance: bad })),
+      /^validation_failed #body\/opening_balance$/,
+      String(bad),
+    );
+  }
+  const a = await ledger.openAccount(principal, { name: 'a', openingBalance: 10 });
+  const b = await ledger.openAccount(principal, { name: 'b', openingBalance: 10 });
+  for (const bad of [0, -1, 0.5, Number.NaN, MAX_MINOR_UNITS + 2]) {
+    t.equal(
+      await refusal(
+        ledger.transfer(principal, { fromAccountId: a.id, toAccountId: b.id, amount: bad }),
+      ),
+      'validation_failed #body/amount',
+      String(bad),
+    );
+  }
+  t.equal(
+    await refusal(ledger.openAccount(principal, { name: 'x'.repeat(300), openingBalance: 1 })),
+    'validation_failed #body/name',
+    'a very long name is refused without counting it',
+  );
+  t.equal(
+    await refusal(
+      ledger.openAccount(principal, { name: '\u{1F600}'.repeat(100), openingBalance: 1 }),
+    ),
+    'resolved',
+    'lengths count code points, as the column does',
+  );
+  const [row] = await tdb.owner<{ n: string }[]>`select count(*)::text as n from ledger_accounts`;
+  t.equal(row?.n, '3');
+});
+
+void t.test('checks run in their documented order', async (t) => {
+  const { ledger, principal } = await setup(t);
+  const a = await ledger.openAccount(principal, { name: 'a', openingBalance: 10 });
+  const unknown = newId();
+  t.equal(
+    await refusal(
+      ledger.transfer(principal, { fromAccountId: unknown, toAccountId: unknown, amount: 1 }),
+    ),
+    'unprocessable same_account #body/to_account_id',
+    'same_account comes before looking the accounts up',
+  );
+  t.equal(
+    await refusal(ledger.transfer(principal, { fromAccountId: 'x', toAccountId: 'y', amount: 1 })),
+    'not_found #body/from_account_id',
+    'an id that is no UUIDv7 names no account',
+  );
+  t.equal(
+    await refusal(
+      ledger.transfer(principal, { fromAccountId: a.id, toAccountId: unknown, amount: 11 }),
+    ),
+    'not_found #body/to_account_id',
+    'not_found comes before insufficient_funds',
+  );
+  t.equal(
+    await refusal(
+      ledger.renameAccount(principal, unknown, { name: 'x', precondition: { kind: 'missing' } }),
+    ),
+    'not_found',
+    'not_found comes before precondition_required',
+  );
+  t.equal(
+    await refusal(
+      ledger.renameAccount(principal, a.id, { name: '', precondition: { kind: 'any' } }),
+    ),
+    'validation_failed #body/name',
+    'a bad name comes first',
+  );
+  t.equal(
+    await refusal(
+      ledger.renameAccount(principal, a.id, { name: 'b', precondition: { kind: 'any' } }),
+    ),
+    'precondition_required #header/If-Match',
+  );
+  t.equal(
+    await refusal(
+      ledger.renameAccount(principal, a.id, {
+        name: 'b',
+        precondition: { kind: 'versions', versions: [] },
+      }),
+    ),
+    'precondition_failed',
+  );
+  t.equal(await refusal(ledger.getTransfer(principal, unknown)), 'not_found');
+});
+
+void t.test('two renames from the same version: exactly one wins, the other is 412', async (t) => {
+  const { ledger, principal } = await setup(t);
+  const a = await ledger.openAccount(principal, { name: 'a', openingBalance: 10 });
+  const rename = (name: string) =>
+    refusal(
+      ledger.renameAccount(principal, a.id, {
+        name,
+        precondition: { kind: 'versions', versions: [1] },
+      }),
+    );
+  const outcomes = await Promise.all(['x', 'y', 'z', 'w'].map(rename));
+  t.same([...outcomes].sort(), [
+    'precondition_failed',
+    'precondition_failed',
+    'precondition_failed',
+    'resolved',
+  ]);
+  const now = await ledger.getAccount(principal, a.id);
+  t.equal(now.version, 2, 'one change, one version');
+});
+
+void t.test('adapters that write refuse to run outside a unit of work', async (t) => {
+  const { accounts, transfers, principal } = await setup(t);
+  const at = new Date();
+  const id = newId();
+  await t.rejects(
+    accounts.insert({ id, principalId: principal, name: 'a', openingBalance: 0, createdAt: at }),
+    TransactionRequiredError,
+  );
+  await t.rejects(
+    accounts.rename(principal, id, { name: 'b', versions: [1], at }),
+    TransactionRequiredError,
+  );
+  await t.rejects(accounts.lockForTransfer(principal, [id]), TransactionRequiredError);
+  await t.rejects(
+    accounts.move(principal, { fromAccountId: id, toAccountId: newId(), amount: 1, at }),
+    TransactionRequiredError,
+  );
+  await t.rejects(
+    transfers.insert({
+      id,
+      principalId: principal,
+      fromAccountId: id,
+      toAccountId: newId(),
+      amount: 1,
+      createdAt: at,
+    }),
+    TransactionRequiredError,
+  );
+});
+
+void t.test('move refuses to touch anything but the two accounts it was given', async (t) => {
+  const { accounts, uow, principal, ledger, tdb } = await setup(t);
+  const a = await ledger.openAccount(principal, { name: 'a', openingBalance: 10 });
+  t.same(await uow.run(() => accounts.lockForTransfer(principal, [])), [], 'nothing to lock');
+  await t.rejects(
+    uow.run(() =>
+      accounts.move(principal, {
+        fromAccountId: a.id,
+        toAccountId: newId(),
+        amount: 1,
+        at: new Date(),
+      }),
+    ),
+    /changed 1 accounts instead of 2/,
+  );
+  const [row] = await tdb.owner<{ balance: string }[]>`
+    select balance::text as balance from ledger_accounts where id = ${a.id}`;
+  t.equal(row?.balance, '10', 'the failed move was rolled back');
+});
+
+void t.test('toMinorUnits reads only non-negative safe integers', (t) => {
+  t.equal(toMinorUnits('0'), 0);
+  t.equal(toMinorUnits('9007199254740991'), MAX_MINOR_UNITS);
+  for (const bad of ['9007199254740992', '-1', '1.5', '', '1e3', ' 1']) {
+    t.throws(() => toMinorUnits(bad), RangeError, JSON.stringify(bad));
+  }
+  t.end();
+});
