@@ -52,15 +52,36 @@ void t.test('role api listens, answers readyz and stops cleanly on SIGTERM', asy
   t.ok(p.lines.some((l) => l['msg'] === 'stopped'));
 });
 
-void t.test('role worker runs jobs, does not listen, and stops cleanly on SIGINT', async (t) => {
-  const db = await testDatabase(t);
-  await installWorkerSchema(db.ownerUrl, db.state.app.name);
-  const p = startServerProcess(['--role', 'worker'], { DATABASE__URL: db.appUrl, HTTP__PORT: '0' });
-  await p.waitForLine((l) => l['msg'] === 'started');
-  t.notOk(
-    p.lines.some((l) => l['msg'] === 'listening'),
-    'no listener in the worker role',
-  );
-  p.child.kill('SIGINT');
-  t.equal(await p.exited, 0);
-});
+void t.test(
+  'role worker runs module tasks and cron, does not listen, and stops cleanly on SIGINT',
+  async (t) => {
+    const db = await testDatabase(t);
+    await installWorkerSchema(db.ownerUrl, db.state.app.name);
+    const p = startServerProcess(['--role', 'worker'], {
+      DATABASE__URL: db.appUrl,
+      HTTP__PORT: '0',
+    });
+    await p.waitForLine((l) => l['msg'] === 'started');
+    t.ok(
+      p.lines.some((l) => l['msg'] === 'jobs started'),
+      'the worker role runs jobs',
+    );
+    t.notOk(
+      p.lines.some((l) => l['msg'] === 'listening'),
+      'no listener in the worker role',
+    );
+    const crons = await db.owner<{ identifier: string }[]>`
+    select identifier from graphile_worker._private_known_crontabs`;
+    t.same(
+      crons.map((c) => c.identifier),
+      ['sync:idempotency_cleanup'],
+      'the cleanup cron item is registered',
+    );
+    // A job queued from SQL (as add_job in any transaction would) is run by the worker process.
+    await db.owner`select graphile_worker.add_job('sync:idempotency_cleanup', queue_name => 'maintenance')`;
+    const ran = await p.waitForLine((l) => /idempotency cleanup completed/.test(String(l['msg'])));
+    t.match(String(ran['msg']), /0 rows deleted/);
+    p.child.kill('SIGINT');
+    t.equal(await p.exited, 0);
+  },
+);
