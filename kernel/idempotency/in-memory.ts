@@ -26,6 +26,12 @@ interface Row {
  */
 export class InMemoryIdempotencyStore implements IdempotencyStore {
   private readonly rows = new Map<string, Row>();
+  private waitingNow = 0;
+
+  /** How many `begin` calls are waiting behind another open transaction right now. */
+  waiting(): number {
+    return this.waitingNow;
+  }
 
   /**
    * @param uow the in-memory unit of work whose transactions writes join.
@@ -71,10 +77,13 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     for (;;) {
       const row = this.rows.get(id);
       if (row && row.writer.isOpen() && row.writer !== tx) {
+        this.waitingNow++;
         const ended = await Promise.race([
           row.writer.ended.then(() => true),
           sleep(this.lockTimeoutMs, false),
-        ]);
+        ]).finally(() => {
+          this.waitingNow--;
+        });
         if (!ended) throw new RequestInProgressError();
         continue;
       }

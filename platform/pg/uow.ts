@@ -74,6 +74,93 @@ export interface PgUnitOfWorkOptions extends TransactionTimeouts {
 }
 
 /**
+ * Errors that mean the transaction's connection is gone: the server ended the
+ * session (terminate, shutdown, failover, transaction or idle timeout) or the
+ * socket closed.
+ */
+const CONNECTION_LOST: ReadonlySet<string> = new Set([
+  '57P01',
+  '57P02',
+  '57P03',
+  '25P03',
+  '25P04',
+  'CONNECTION_CLOSED',
+  'CONNECTION_ENDED',
+  'CONNECTION_DESTROYED',
+]);
+
+function connectionLost(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && (CONNECTION_LOST.has(code) || code.startsWith('08'));
+}
+
+const watchedCache = new WeakMap<TransactionSql, TransactionSql>();
+
+/**
+ * The frame's transaction client, watched: every query run through it marks
+ * the transaction ended as soon as it fails because the connection is gone
+ * (before the caller's own handler sees the error), and no query starts once
+ * the transaction has ended. postgres.js would otherwise queue a statement on
+ * the dead connection, whose write throws outside any promise.
+ */
+function watched(frame: Frame): TransactionSql {
+  const cached = watchedCache.get(frame.tx);
+  if (cached) return cached;
+  const { life } = frame;
+  const observe = <Q>(query: Q): Q => {
+    if (
+      typeof query !== 'object' ||
+      query === null ||
+      typeof (query as { then?: unknown }).then !== 'function'
+    ) {
+      return query;
+    }
+    const pending = query as unknown as PromiseLike<unknown> & {
+      then: PromiseLike<unknown>['then'];
+    };
+    const then = pending.then.bind(pending);
+    // Wrapped on the instance, not attached eagerly: postgres.js queries are
+    // lazy (a fragment interpolated into another query must never run).
+    Object.defineProperty(pending, 'then', {
+      configurable: true,
+      writable: true,
+      value: (onFulfilled?: (v: unknown) => unknown, onRejected?: (e: unknown) => unknown) =>
+        then(onFulfilled, (err: unknown) => {
+          if (life.ended === undefined && connectionLost(err)) life.ended = err;
+          if (onRejected) return onRejected(err);
+          throw err;
+        }),
+    });
+    return query;
+  };
+  const guard = (): void => {
+    if (life.ended !== undefined) throw new TransactionEndedError(life.ended);
+  };
+  const proxy = new Proxy(frame.tx, {
+    apply(target, thisArg, args: unknown[]) {
+      // Only tagged templates run statements; sql(identifier) builds a fragment.
+      const isTemplate =
+        Array.isArray(args[0]) && Object.prototype.hasOwnProperty.call(args[0], 'raw');
+      if (isTemplate) guard();
+      const result: unknown = Reflect.apply(target, thisArg, args);
+      return isTemplate ? observe(result) : result;
+    },
+    get(target, property, receiver) {
+      const value: unknown = Reflect.get(target, property, receiver);
+      if (property === 'unsafe' && typeof value === 'function') {
+        return (...args: unknown[]) => {
+          guard();
+          return observe((value as (...a: unknown[]) => unknown).apply(target, args));
+        };
+      }
+      return value;
+    },
+  });
+  watchedCache.set(frame.tx, proxy);
+  return proxy;
+}
+
+/**
  * Access to the database for adapters: the ambient transaction when inside a
  * unit of work, the pool otherwise.
  */
@@ -94,7 +181,7 @@ export class PgDatabase {
     const frame = this.storage.getStore();
     if (frame === undefined) return this.pool;
     if (frame.life.ended !== undefined) throw new TransactionEndedError(frame.life.ended);
-    return frame.tx;
+    return watched(frame);
   }
 
   /**
@@ -109,7 +196,7 @@ export class PgDatabase {
     const frame = this.storage.getStore();
     if (!frame) throw new TransactionRequiredError(what);
     if (frame.life.ended !== undefined) throw new TransactionEndedError(frame.life.ended);
-    return frame.tx;
+    return watched(frame);
   }
 
   /**

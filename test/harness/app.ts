@@ -97,6 +97,8 @@ const EffectBody = Type.Object(
         Type.Literal('precondition'),
         Type.Literal('crash'),
         Type.Literal('secret'),
+        Type.Literal('sleep'),
+        Type.Literal('sleep_then_query'),
       ]),
     ),
     gate: Type.Optional(Type.String()),
@@ -129,6 +131,17 @@ function effectsModule(
         const id = newId();
         await ports.db.sql()`insert into test_effects (id, principal_id, label) values (${id}, ${principal}, ${body.label})`;
         if (body.gate !== undefined) await gates.pass(body.gate);
+        // A query in flight when the connection dies; the second variant
+        // catches its error and queries again, as some use cases would.
+        if (body.outcome === 'sleep') await ports.db.sql()`select pg_sleep(30)`;
+        if (body.outcome === 'sleep_then_query') {
+          try {
+            await ports.db.sql()`select pg_sleep(30)`;
+          } catch {
+            // fall through to the next statement
+          }
+          await ports.db.sql()`insert into test_effects (id, principal_id, label) values (${newId()}, ${principal}, ${`${body.label}-after`})`;
+        }
         switch (body.outcome) {
           case 'not_found':
             throw problem('not_found', 'No such thing.');

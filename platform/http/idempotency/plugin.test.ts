@@ -1053,3 +1053,59 @@ void t.test(
     t.same(names(again.headers), names(first.headers), 'same header names first and on replay');
   },
 );
+
+void t.test(
+  'after a first answer that is not stored, local duplicates take turns: one at a time, none waits in the store',
+  async (t) => {
+    const deferred = () => {
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => (resolve = r));
+      return { promise, resolve };
+    };
+    const entered = [deferred(), deferred()];
+    const gates = [deferred(), deferred()];
+    const k = await kit(t, {
+      routes: (kk) => {
+        kk.app.post(
+          '/api/v1/flaky',
+          { config: { idempotent: true }, schema: { operationId: 'flaky' } },
+          async () => {
+            const call = kk.calls.n++;
+            if (call < 2) {
+              entered[call]?.resolve();
+              await gates[call]?.promise;
+            }
+            if (call === 0) throw problem('rate_limited', 'Slow down.');
+            return { ok: true };
+          },
+        );
+      },
+    });
+    const first = post(k.app, '/api/v1/flaky', {}, { 'idempotency-key': KEY });
+    await entered[0]?.promise;
+    const duplicates = [1, 2, 3].map(() =>
+      post(k.app, '/api/v1/flaky', {}, { 'idempotency-key': KEY }),
+    );
+    for (let i = 0; i < 500 && (k.metrics.value('idempotency_local_waiters', {}) ?? 0) < 3; i++) {
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    t.equal(k.metrics.value('idempotency_local_waiters', {}), 3, 'three duplicates wait in memory');
+    gates[0]?.resolve();
+    t.equal((await first).statusCode, 429, 'the first answer is not stored');
+    await entered[1]?.promise;
+    t.equal(k.store.waiting(), 0, 'no duplicate waits in the store beside the one that runs');
+    t.equal(
+      k.metrics.value('idempotency_local_waiters', {}),
+      2,
+      'the others still wait their turn in memory',
+    );
+    gates[1]?.resolve();
+    const answers = await Promise.all(duplicates);
+    t.same(
+      answers.map((a) => a.statusCode),
+      [200, 200, 200],
+    );
+    t.equal(answers.filter((a) => a.headers['idempotent-replay'] === 'true').length, 2);
+    t.equal(k.calls.n, 2, 'the handler ran once more after the 429, not three times');
+  },
+);

@@ -193,12 +193,18 @@ function idempotency(
   localWaiters.set({}, 0);
 
   /**
-   * Waits while another attempt of this process holds the key, up to the
-   * wait budget.
+   * Takes this process's turn on a key: waits while another local attempt
+   * holds it (up to the wait budget), then registers this request as the
+   * holder in the same tick as the check, so waiters woken together cannot
+   * all proceed.
    *
-   * @returns true when the key is free here (or never was held), false when the budget ran out.
+   * @returns how to give the turn back and whether this request waited, or
+   *   null when the budget ran out.
    */
-  const awaitLocalTurn = async (flightKey: string, route: KeyedRoute): Promise<boolean> => {
+  const takeLocalTurn = async (
+    flightKey: string,
+    route: KeyedRoute,
+  ): Promise<{ release: () => void; waited: boolean } | null> => {
     const deadline = performance.now() + options.waitMs;
     const started = performance.now();
     let waited = false;
@@ -209,7 +215,7 @@ function idempotency(
         ahead = inflight.get(flightKey)
       ) {
         const left = deadline - performance.now();
-        if (left <= 0) return false;
+        if (left <= 0) return null;
         if (!waited) {
           waited = true;
           waitingNow++;
@@ -225,9 +231,21 @@ function idempotency(
           }),
         ]);
         clearTimeout(timer);
-        if (!finished) return false;
+        if (!finished) return null;
       }
-      return true;
+      // No holder now, and nothing has run since the check: register.
+      let resolve!: () => void;
+      const mine = new Promise<void>((r) => {
+        resolve = r;
+      });
+      inflight.set(flightKey, mine);
+      return {
+        waited,
+        release: () => {
+          if (inflight.get(flightKey) === mine) inflight.delete(flightKey);
+          resolve();
+        },
+      };
     } finally {
       if (waited) {
         waitingNow--;
@@ -476,28 +494,27 @@ function idempotency(
         if (req.validationError) throw req.validationError;
         return original.call(this, req, reply);
       }
-      const flightKey = `${state.principalId}/${state.key}`;
-      if (inflight.has(flightKey)) {
-        if (!(await awaitLocalTurn(flightKey, route))) {
-          record(req, reply, route, 'in_progress');
-          return sendProblemNow(req, reply, inProgress(), false);
-        }
-        // The first request here has ended: its answer may now be stored.
-        const found = await store.find(state.principalId, state.key, clock.now());
-        if (found) return answerExisting(req, reply, state, found);
+      const turn = await takeLocalTurn(`${state.principalId}/${state.key}`, route);
+      if (turn === null) {
+        record(req, reply, route, 'in_progress');
+        return sendProblemNow(req, reply, inProgress(), false);
       }
-      let release!: () => void;
-      inflight.set(
-        flightKey,
-        new Promise<void>((resolve) => {
-          release = resolve;
-        }),
-      );
+      let found: IdempotencyEntry | null = null;
+      try {
+        // The first request here has ended: its answer may now be stored.
+        if (turn.waited) found = await store.find(state.principalId, state.key, clock.now());
+      } catch (err) {
+        turn.release();
+        throw err;
+      }
+      if (found) {
+        turn.release();
+        return answerExisting(req, reply, state, found);
+      }
       try {
         return await attempt(original, this, req, reply, state, route);
       } finally {
-        inflight.delete(flightKey);
-        release();
+        turn.release();
       }
     };
 
