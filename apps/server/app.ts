@@ -9,6 +9,12 @@ import type { Config } from '../../platform/config/index.js';
 import { createHttpServer, type HttpServer } from '../../platform/http/server.js';
 import { startWorker, type WorkerHandle } from '../../platform/jobs/index.js';
 import type { Logger } from '../../platform/log/index.js';
+import {
+  fanOutMetrics,
+  PrometheusMetrics,
+  startMetricsListener,
+  type MetricsListener,
+} from '../../platform/metrics/index.js';
 import type { ModuleDescriptor } from '../../platform/module/index.js';
 import { createSql, type Sql } from '../../platform/pg/client.js';
 import { PgDatabase, PgUnitOfWork, type FaultContext } from '../../platform/pg/uow.js';
@@ -18,6 +24,18 @@ import { createSyncModule, type SyncModule } from '../../modules/sync/index.js';
 
 /** The API document's version. */
 export const API_VERSION = '1.0.0';
+
+/**
+ * How long a scrape waits for the statistics of `idempotency_keys`, which is
+ * also the statement timeout of their query: well inside a scraper's usual
+ * timeout (10s), so a slow database costs a NaN gauge, not a failed scrape.
+ */
+export const KEY_STATS_TIMEOUT_MS = 1_000;
+
+/** Jobs the worker runs at once. */
+const WORKER_CONCURRENCY = 2;
+/** The worker's pool: a connection per job, one that listens, one for cron. */
+const WORKER_POOL_MAX = WORKER_CONCURRENCY + 2;
 
 /** What {@link buildApp} needs from the outside. */
 export interface AppDeps {
@@ -29,7 +47,11 @@ export interface AppDeps {
   readonly logger: Logger;
   /** The kernel clock; the system clock by default (tests pass a manual one). */
   readonly clock?: Clock;
-  /** Where metrics go; in memory by default. */
+  /**
+   * Where metrics go besides the Prometheus exporter (`metrics.enabled`),
+   * e.g. the in-memory metrics a test reads back. With the exporter disabled
+   * and none given, metrics are kept in memory.
+   */
   readonly metrics?: Metrics;
   /** Test only: makes PostgreSQL fail a chosen attempt of a unit of work. */
   readonly faultHook?: (ctx: FaultContext) => string | undefined;
@@ -60,6 +82,18 @@ export interface App {
   readonly sync: SyncModule;
   /** Every module, for the worker's tasks and cron items. */
   readonly modules: readonly ModuleDescriptor[];
+  /** The Prometheus exporter (what `metrics.path` serves); undefined when `metrics.enabled` is false. */
+  readonly prometheus: PrometheusMetrics | undefined;
+  /**
+   * Starts the worker role's metrics listener on `http.host` and
+   * `metrics.worker_port`, serving the exporter at `metrics.path`, and logs
+   * its address. Roles with the HTTP listener serve metrics there instead.
+   * Started once; later calls return the same listener. Stopped by `close()`.
+   *
+   * @returns the listener, or undefined when `metrics.enabled` is false.
+   * @throws Error from the socket when the port cannot be bound.
+   */
+  serveWorkerMetrics(): Promise<MetricsListener | undefined>;
   /**
    * Starts Graphile Worker with every module's tasks and cron items (roles
    * `worker` and `all`). Stopped by `close()`.
@@ -67,7 +101,10 @@ export interface App {
    * @returns the running worker.
    */
   startJobs(): Promise<WorkerHandle>;
-  /** Stops the worker (letting in-flight jobs finish), closes the HTTP server (draining) and the pool. */
+  /**
+   * Stops the worker (letting in-flight jobs finish), closes the HTTP server
+   * (draining), the metrics listener and the pool.
+   */
   close(): Promise<void>;
 }
 
@@ -80,7 +117,17 @@ export interface App {
 export async function buildApp(deps: AppDeps): Promise<App> {
   const { config } = deps;
   const clock = deps.clock ?? systemClock;
-  const metrics = deps.metrics ?? new InMemoryMetrics();
+  const prometheus = config.metrics.enabled
+    ? new PrometheusMetrics({ processMetrics: config.metrics.process_metrics })
+    : undefined;
+  const sinks = [deps.metrics, prometheus].filter((sink) => sink !== undefined);
+  const metrics = sinks.length === 0 ? new InMemoryMetrics() : fanOutMetrics(sinks);
+  const pools = metrics.gauge(
+    'db_pool_max_connections',
+    'Most connections a database pool of this process may open, by pool.',
+    ['pool'],
+  );
+  pools.set({ pool: 'app' }, config.database.pool_max);
   const sql = createSql(deps.appUrl, {
     max: config.database.pool_max,
     applicationName: config.app.name,
@@ -103,6 +150,23 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     metrics,
     cleanupBatchSize: config.sync.idempotency_cleanup_batch_size,
     cleanupIntervalMs: config.sync.idempotency_cleanup_interval,
+  });
+  prometheus?.scrapeGauges({
+    gauges: {
+      rows: {
+        name: 'idempotency_keys_rows',
+        help: "Rows in idempotency_keys: the planner's estimate, exact while the table has no statistics.",
+      },
+      oldestExpiredAgeSeconds: {
+        name: 'idempotency_keys_oldest_expired_age_seconds',
+        help: 'Seconds since the oldest row still in idempotency_keys expired; 0 when none is expired.',
+      },
+    },
+    read: () => sync.keyStats(KEY_STATS_TIMEOUT_MS),
+    timeoutMs: KEY_STATS_TIMEOUT_MS,
+    onError: (err) => {
+      deps.logger.warn({ err }, 'metrics: reading idempotency key statistics failed');
+    },
   });
   const ledger = createLedgerModule({ db, uow, clock });
   const modules: ModuleDescriptor[] = [
@@ -129,10 +193,14 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       ttlMs: config.sync.idempotency_key_ttl,
       waitMs: config.database.lock_timeout,
     },
+    ...(prometheus === undefined
+      ? {}
+      : { metricsRoute: { path: config.metrics.path, exposition: () => prometheus.exposition() } }),
   });
   for (const m of modules) await m.routes?.(http);
   await http.ready();
   let worker: WorkerHandle | undefined;
+  let listening: Promise<MetricsListener | undefined> | undefined;
   let closed = false;
   return {
     http,
@@ -142,17 +210,40 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     identity,
     sync,
     modules,
+    prometheus,
+    serveWorkerMetrics: () => {
+      listening ??= (async () => {
+        if (prometheus === undefined) return undefined;
+        const listener = await startMetricsListener({
+          host: config.http.host,
+          port: config.metrics.worker_port,
+          path: config.metrics.path,
+          exposition: () => prometheus.exposition(),
+          onError: (err) => {
+            deps.logger.error({ err }, 'metrics: scrape failed');
+          },
+        });
+        deps.logger.info(
+          { address: listener.address, path: config.metrics.path },
+          'metrics listening',
+        );
+        return listener;
+      })();
+      return listening;
+    },
     startJobs: async () => {
       worker ??= await startWorker({
         connectionString: deps.appUrl,
         tasks: modules.flatMap((m) => m.tasks ?? []),
         cron: modules.flatMap((m) => m.cron ?? []),
-        concurrency: 2,
+        concurrency: WORKER_CONCURRENCY,
+        maxPoolSize: WORKER_POOL_MAX,
         logger: deps.logger,
         pollInterval: 2000,
         metrics,
         applicationName: `${config.app.name}-worker`,
       });
+      pools.set({ pool: 'worker' }, WORKER_POOL_MAX);
       return worker;
     },
     close: async () => {
@@ -160,6 +251,11 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       closed = true;
       await worker?.stop();
       await http.close();
+      // A listener that never bound has nothing to close.
+      await listening?.then(
+        (listener) => listener?.close(),
+        () => undefined,
+      );
       await sql.end({ timeout: 5 });
     },
   };

@@ -15,6 +15,7 @@ import { systemClock } from '../../kernel/clock/index.js';
 import { createPrincipalWithToken } from '../../modules/identity/index.js';
 import { openDatabase, type DatabaseTarget } from '../../platform/pg/database.js';
 import { buildApp, type App } from './app.js';
+import { firstRunBanner, localPrincipalFile } from './first-run.js';
 import { parseCommandLine, USAGE, UsageError, type Command } from './cli.js';
 
 /** Exit status for a command line or configuration the server cannot use. */
@@ -85,15 +86,23 @@ async function serve(
     if (command.role === 'worker' || command.role === 'all') {
       await app.startJobs();
       logger.info({ role: command.role }, 'jobs started');
+      if (command.role === 'worker') await app.serveWorkerMetrics();
     }
     if (command.role === 'api' || command.role === 'all') {
       const address = await app.http.listen({ host: config.http.host, port: config.http.port });
       logger.info({ address, role: command.role }, 'listening');
       if (target.embedded !== undefined) {
+        // Only the local embedded database gets a principal made for it: an
+        // operator's own database is never written to unasked.
         process.stdout.write(
-          `\n${config.app.name} is up (role ${command.role}) on ${address}\n` +
-            `  curl ${address}/readyz\n` +
-            `  Ctrl-C stops the server and its embedded PostgreSQL.\n\n`,
+          await firstRunBanner({
+            identity: app.identity,
+            clock: systemClock,
+            file: localPrincipalFile(config.database.embedded_data_dir),
+            appName: config.app.name,
+            role: command.role,
+            address,
+          }),
         );
       }
     } else {

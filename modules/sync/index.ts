@@ -10,11 +10,14 @@ import type { ModuleDescriptor } from '../../platform/module/index.js';
 import type { PgDatabase } from '../../platform/pg/uow.js';
 import { PgExpiredKeys } from './adapters/postgres/expired-keys.js';
 import { PgIdempotencyStore } from './adapters/postgres/idempotency-store.js';
-import { runCleanup, type CleanupReport } from './app/cleanup.js';
+import { PgKeyStats } from './adapters/postgres/key-stats.js';
+import type { CleanupReport } from './app/cleanup.js';
+import type { IdempotencyKeyStats } from './app/key-stats.js';
 import { cleanupJob } from './jobs/cleanup.js';
 
 export { CLEANUP_TASK, MAINTENANCE_QUEUE } from './jobs/cleanup.js';
 export { cleanupCronPattern, type CleanupReport } from './app/cleanup.js';
+export type { IdempotencyKeyStats } from './app/key-stats.js';
 
 /** What module sync needs. */
 export interface SyncDeps {
@@ -34,12 +37,22 @@ export interface SyncModule {
   /** The idempotency store, bound to the kernel port. */
   readonly store: IdempotencyStore;
   /**
-   * Runs one cleanup pass now (what the task does), for operations and tests.
+   * Runs one cleanup pass now (what the task does, counted in the same
+   * metrics), for operations and tests.
    *
    * @param signal cancels between batches.
    * @returns what was deleted.
    */
   cleanup(signal?: AbortSignal): Promise<CleanupReport>;
+  /**
+   * Reads the statistics of `idempotency_keys` for the metrics gauges: one
+   * statement, bounded by its own statement timeout.
+   *
+   * @param timeoutMs the statement timeout, in ms.
+   * @returns the estimated row count and the age of the oldest expired row.
+   * @throws the driver's error when the read fails or times out.
+   */
+  keyStats(timeoutMs: number): Promise<IdempotencyKeyStats>;
 }
 
 /**
@@ -51,6 +64,7 @@ export interface SyncModule {
  */
 export function createSyncModule(deps: SyncDeps): SyncModule {
   const keys = new PgExpiredKeys(deps.db);
+  const stats = new PgKeyStats(deps.db);
   const job = cleanupJob({
     keys,
     clock: deps.clock,
@@ -61,12 +75,7 @@ export function createSyncModule(deps: SyncDeps): SyncModule {
   return {
     descriptor: { name: 'sync', tasks: [job.task], cron: [job.cron] },
     store: new PgIdempotencyStore(deps.db),
-    cleanup: (signal) =>
-      runCleanup({
-        keys,
-        clock: deps.clock,
-        batchSize: deps.cleanupBatchSize,
-        ...(signal === undefined ? {} : { signal }),
-      }),
+    cleanup: job.run,
+    keyStats: (timeoutMs) => stats.read(deps.clock.now(), timeoutMs),
   };
 }

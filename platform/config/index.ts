@@ -4,6 +4,7 @@
 export { CONFIG_GROUPS, CONFIG_KEYS, ConfigSchema, envVarName } from './schema.js';
 export type {
   Config,
+  ConfigDefault,
   ConfigKeyInfo,
   ConfigLeafMeta,
   ConfigSchemaType,

@@ -30,6 +30,7 @@ const DEFAULTS: Config = {
     idempotency_cleanup_batch_size: 1_000,
   },
   log: { level: 'info' },
+  metrics: { enabled: true, path: '/metrics', worker_port: 9464, process_metrics: true },
 };
 
 /** The part of a tap test that makes throwaway fixture directories. */
@@ -515,5 +516,47 @@ void t.test('ConfigError keeps the problems it was given', (t) => {
   t.ok(error instanceof Error);
   t.equal(error.problems.length, 2);
   t.ok(Object.isFrozen(error.problems));
+  t.end();
+});
+
+void t.test('booleans are true or false, from a file or the environment', (t) => {
+  const off = loadConfig({ env: { METRICS__ENABLED: 'false', METRICS__PROCESS_METRICS: 'false' } });
+  t.equal(off.metrics.enabled, false);
+  t.equal(off.metrics.process_metrics, false);
+  t.equal(loadConfig({ env: { METRICS__ENABLED: 'true' } }).metrics.enabled, true);
+  const file = configFile(t, '{"metrics": {"enabled": false}}');
+  t.equal(loadConfig({ env: {}, file }).metrics.enabled, false, 'a JSON boolean in a file');
+  for (const bad of ['yes', '1', 'TRUE', '']) {
+    const error = loadError({ env: { METRICS__ENABLED: bad } });
+    t.equal(
+      error.message,
+      `Invalid configuration: metrics.enabled = ${JSON.stringify(bad)} (from environment METRICS__ENABLED): expected true or false`,
+      `refuses ${JSON.stringify(bad)}`,
+    );
+  }
+  const quoted = loadError({ env: {}, file: configFile(t, '{"metrics": {"enabled": "false"}}') });
+  t.match(quoted.message, 'metrics.enabled = "false"', 'a file must hold a JSON boolean');
+  t.end();
+});
+
+void t.test('the metrics path must be an absolute path of plain segments', (t) => {
+  t.equal(loadConfig({ env: { METRICS__PATH: '/ops/metrics' } }).metrics.path, '/ops/metrics');
+  for (const bad of ['metrics', '/', '/metrics/', '//metrics', '/a b', '/:name', '/m?x=1', '/m*']) {
+    const error = loadError({ env: { METRICS__PATH: bad } });
+    t.match(
+      error.message,
+      `metrics.path = ${JSON.stringify(bad)} (from environment METRICS__PATH): expected a path starting with /`,
+      `refuses ${JSON.stringify(bad)}`,
+    );
+  }
+  t.end();
+});
+
+void t.test('the worker metrics port is a TCP port', (t) => {
+  t.equal(loadConfig({ env: { METRICS__WORKER_PORT: '0' } }).metrics.worker_port, 0);
+  t.match(
+    loadError({ env: { METRICS__WORKER_PORT: '65536' } }).message,
+    'metrics.worker_port = "65536" (from environment METRICS__WORKER_PORT): expected an integer from 0 to 65535',
+  );
   t.end();
 });

@@ -212,8 +212,13 @@ function readEnv(env: LoadConfigInput['env'], collector: Collector): void {
     const source: ConfigSource = { kind: 'env', name };
     const slot = collector.byEnv.get(name);
     if (slot !== undefined) {
-      // A string that is not an integer stays a string, so the schema refuses it.
-      const value = slot.info.kind === 'integer' ? (parseStrictInteger(text) ?? text) : text;
+      // A string that is not an integer or a boolean stays a string, so the schema refuses it.
+      const value =
+        slot.info.kind === 'integer'
+          ? (parseStrictInteger(text) ?? text)
+          : slot.info.kind === 'boolean'
+            ? parseStrictBoolean(text)
+            : text;
       collector.offer(slot, { source, value, written: text });
       continue;
     }
@@ -229,6 +234,11 @@ function readEnv(env: LoadConfigInput['env'], collector: Collector): void {
       message: `unknown key ${key} (from ${describeSource(source)}): known ${prefix} variables: ${known.join(', ')}`,
     });
   }
+}
+
+/** Reads exactly `true` or `false`; anything else stays the string written. */
+function parseStrictBoolean(text: string): boolean | string {
+  return text === 'true' ? true : text === 'false' ? false : text;
 }
 
 /** Freezes the loaded configuration so no module can change what another one reads. */

@@ -34,12 +34,12 @@ void t.test('every key appears in a table row with its environment variable', (t
 void t.test('one table per group, each under its own heading, in schema order', (t) => {
   const text = renderConfigurationMarkdown();
   const headings = text.split('\n').filter((line) => line.startsWith('### '));
-  t.same(headings, ['### app', '### http', '### database', '### sync', '### log']);
+  t.same(headings, ['### app', '### http', '### database', '### sync', '### log', '### metrics']);
   t.ok(text.indexOf('## Keys') < text.indexOf('### app'), 'the tables follow the intro');
   const headers = text
     .split('\n')
     .filter((line) => line === '| key | environment variable | type | default | description |');
-  t.equal(headers.length, 5);
+  t.equal(headers.length, 6);
   t.end();
 });
 
@@ -56,6 +56,7 @@ void t.test('defaults and types are shown as written in a config file', (t) => {
     text,
     '| `log.level` | `LOG__LEVEL` | one of fatal, error, warn, info, debug, trace, silent | `info` |',
   );
+  t.match(text, '| `metrics.enabled` | `METRICS__ENABLED` | boolean | `true` |');
   t.end();
 });
 

@@ -1,7 +1,7 @@
 // Renders the configuration reference (docs/operations/configuration.md) from
 // the schema, so the document cannot drift from what the loader accepts.
 import { CONFIG_GROUPS, CONFIG_KEYS, ConfigSchema, envVarName, leafAnnotations } from './schema.js';
-import type { ConfigKeyInfo } from './schema.js';
+import type { ConfigDefault, ConfigKeyInfo } from './schema.js';
 
 /**
  * Makes text safe inside a Markdown table cell: a pipe would end the cell and
@@ -15,7 +15,7 @@ export function escapeCell(text: string): string {
 }
 
 /** Shows a default as it would be written in a config file. */
-function defaultCell(value: string | number): string {
+function defaultCell(value: ConfigDefault): string {
   return value === '' ? '`""`' : `\`${String(value)}\``;
 }
 

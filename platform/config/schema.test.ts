@@ -24,6 +24,10 @@ const EXPECTED_KEYS = [
   'sync.idempotency_cleanup_interval',
   'sync.idempotency_cleanup_batch_size',
   'log.level',
+  'metrics.enabled',
+  'metrics.path',
+  'metrics.worker_port',
+  'metrics.process_metrics',
 ];
 
 void t.test('the schema holds exactly the documented keys, in order', (t) => {
@@ -31,7 +35,14 @@ void t.test('the schema holds exactly the documented keys, in order', (t) => {
     CONFIG_KEYS.map((info) => info.key),
     EXPECTED_KEYS,
   );
-  t.same(Object.keys(ConfigSchema.properties), ['app', 'http', 'database', 'sync', 'log']);
+  t.same(Object.keys(ConfigSchema.properties), [
+    'app',
+    'http',
+    'database',
+    'sync',
+    'log',
+    'metrics',
+  ]);
   t.end();
 });
 
@@ -102,6 +113,10 @@ void t.test('the documented defaults', (t) => {
     'sync.idempotency_cleanup_interval': '1h',
     'sync.idempotency_cleanup_batch_size': 1000,
     'log.level': 'info',
+    'metrics.enabled': true,
+    'metrics.path': '/metrics',
+    'metrics.worker_port': 9464,
+    'metrics.process_metrics': true,
   });
   t.end();
 });

@@ -15,7 +15,7 @@ import {
 } from './units.js';
 
 /** The kinds of value a key can hold; they decide how an environment string is read. */
-export type ConfigValueKind = 'string' | 'integer' | 'enum' | 'duration' | 'size';
+export type ConfigValueKind = 'string' | 'integer' | 'boolean' | 'enum' | 'duration' | 'size';
 
 /**
  * What the loader, its messages and the reference document need beyond plain
@@ -106,6 +106,36 @@ function integer(
     minimum: options.minimum,
     maximum: options.maximum ?? Number.MAX_SAFE_INTEGER,
   });
+}
+
+/** A switch: JSON `true` or `false` in a file, the strings `true` or `false` in the environment. */
+function flag(options: LeafOptions<boolean>) {
+  const meta: ConfigLeafMeta = {
+    kind: 'boolean',
+    type: 'boolean',
+    expected: 'true or false',
+    secret: false,
+  };
+  return Type.Boolean(annotations(options, meta));
+}
+
+/**
+ * An absolute URL path of plain segments (letters, digits, `.`, `_`, `~`,
+ * `-`), with no trailing slash. Route syntax (`:name`, `*`), queries and
+ * empty segments are refused: the value becomes a route of the HTTP server.
+ */
+const URL_PATH_PATTERN = '^(/[A-Za-z0-9._~-]+)+$';
+
+/** A path a route is served on; see {@link URL_PATH_PATTERN}. */
+function urlPath(options: LeafOptions<string>) {
+  const meta: ConfigLeafMeta = {
+    kind: 'string',
+    type: 'URL path, starting with /',
+    expected:
+      'a path starting with / made of segments of letters, digits, ".", "_", "~" and "-", without a trailing slash',
+    secret: false,
+  };
+  return Type.String({ ...annotations(options, meta), pattern: URL_PATH_PATTERN });
 }
 
 /** One of a fixed list of strings. */
@@ -362,6 +392,30 @@ export const ConfigSchema = Type.Object(
         description: 'Lowest level written to the log; silent writes nothing.',
       }),
     }),
+    metrics: group({
+      enabled: flag({
+        default: true,
+        description:
+          'Serve metrics in the Prometheus text format: on the HTTP listener at metrics.path (roles api and all) and on a listener of its own (role worker). false serves no metrics route at all.',
+      }),
+      path: urlPath({
+        default: '/metrics',
+        description:
+          "Path the metrics are served on, without authentication, on the HTTP listener and on the worker role's metrics listener.",
+      }),
+      worker_port: integer({
+        default: 9464,
+        description:
+          "TCP port of the worker role's metrics listener, bound on http.host; 0 lets the operating system pick a free port. Roles api and all serve metrics on the HTTP listener instead.",
+        minimum: 0,
+        maximum: 65_535,
+      }),
+      process_metrics: flag({
+        default: true,
+        description:
+          'Also export the Node.js process metrics (CPU time, memory, event loop lag, garbage collection, handles) under the process_ and nodejs_ prefixes.',
+      }),
+    }),
   },
   { additionalProperties: false },
 );
@@ -388,6 +442,9 @@ export type Config = {
   };
 };
 
+/** A default in its written form: a string, a number or a boolean. */
+export type ConfigDefault = string | number | boolean;
+
 /** Everything known about one key, flattened from the schema for loaders and documents. */
 export interface ConfigKeyInfo {
   /** Dotted key, for example `database.lock_timeout`. */
@@ -405,7 +462,7 @@ export interface ConfigKeyInfo {
   /** Phrase completing "expected ..." in error messages. */
   readonly expected: string;
   /** Default in its written form (`"5s"`, not 5000). */
-  readonly default: string | number;
+  readonly default: ConfigDefault;
   /** What the key does. */
   readonly description: string;
   /** True when values may hold a password. */
@@ -435,11 +492,11 @@ export function envVarName(key: string): string {
  */
 export function leafAnnotations(schema: TSchema): {
   readonly meta: ConfigLeafMeta;
-  readonly default: string | number;
+  readonly default: ConfigDefault;
   readonly description: string;
 } {
   const record = schema as Partial<
-    Record<typeof META, ConfigLeafMeta> & { default: string | number; description: string }
+    Record<typeof META, ConfigLeafMeta> & { default: ConfigDefault; description: string }
   >;
   const { [META]: meta, default: fallback, description } = record;
   if (meta === undefined || fallback === undefined || description === undefined) {

@@ -23,6 +23,7 @@ import { isUuid, newId } from '../../kernel/ids/index.js';
 import { currentContext, newRequestContext, runWithContext } from '../../kernel/context/index.js';
 import { problem, toProblemBody, type AppError } from '../../kernel/errs/index.js';
 import { authenticationHook } from './auth.js';
+import type { Exposition } from '../metrics/index.js';
 import { idempotencyPlugin, type IdempotencyOptions } from './idempotency/plugin.js';
 import { documentKeyedRoute } from './idempotency/openapi.js';
 import { jsonBodyParser } from './body.js';
@@ -66,6 +67,17 @@ export interface HttpServerOptions {
    * server has no keyed routes (a route declaring `idempotent` still must).
    */
   readonly idempotency?: IdempotencyOptions;
+  /**
+   * The metrics route (`metrics.enabled`, `metrics.path`): a scrape, without
+   * authentication or rate limit, hidden from the API document. Without it
+   * no such route exists.
+   */
+  readonly metricsRoute?: {
+    /** Where it is served, e.g. `/metrics`. */
+    readonly path: string;
+    /** Renders a scrape. */
+    readonly exposition: () => Promise<Exposition>;
+  };
 }
 
 /** Where the API document's UI is served. */
@@ -254,6 +266,18 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
       }
     },
   );
+
+  const metricsRoute = options.metricsRoute;
+  if (metricsRoute !== undefined) {
+    app.get(
+      metricsRoute.path,
+      { config: { auth: 'none', rateLimit: false }, schema: { hide: true } },
+      async (_req, reply) => {
+        const { contentType, body } = await metricsRoute.exposition();
+        return reply.header('cache-control', 'no-store').type(contentType).send(body);
+      },
+    );
+  }
 
   return app;
 }

@@ -43,6 +43,9 @@ export function startServerProcess(args: string[], env: Record<string, string>):
         // the test processes (ts-node), and merging the two corrupts the
         // report. The server's own tests measure its coverage.
         _TAPJS_PROCESSINFO_COVERAGE_: '0',
+        // Worker processes of parallel tests must not fight over the default
+        // metrics port; a test that cares sets its own.
+        METRICS__WORKER_PORT: '0',
         ...env,
       },
       stdio: ['pipe', 'pipe', 'pipe'],

@@ -10,7 +10,12 @@ import {
   type CronItemDescriptor,
   type TaskDescriptor,
 } from '../../../platform/jobs/index.js';
-import { cleanupCronPattern, runCleanup, type ExpiredKeys } from '../app/cleanup.js';
+import {
+  cleanupCronPattern,
+  runCleanup,
+  type CleanupReport,
+  type ExpiredKeys,
+} from '../app/cleanup.js';
 
 /** The task identifier (cron identifiers cannot hold dots). */
 export const CLEANUP_TASK = 'sync:idempotency_cleanup';
@@ -33,12 +38,14 @@ export interface CleanupTaskDeps {
  * that is still queued or running absorbs the next tick instead of piling up.
  *
  * @param deps storage, clock, metrics and settings.
- * @returns the task descriptor and the cron item.
+ * @returns the task descriptor, the cron item, and `run`: one counted cleanup
+ *   pass (what the task does, without its log line).
  * @throws RangeError for an interval cron cannot express.
  */
 export function cleanupJob(deps: CleanupTaskDeps): {
   task: TaskDescriptor;
   cron: CronItemDescriptor;
+  run: (signal?: AbortSignal) => Promise<CleanupReport>;
 } {
   const deletedRows = deps.metrics.counter(
     'idempotency_cleanup_deleted_rows_total',
@@ -48,20 +55,25 @@ export function cleanupJob(deps: CleanupTaskDeps): {
   const runs = deps.metrics.counter('idempotency_cleanup_runs_total', 'Cleanup runs by result.', [
     'result',
   ]);
+  // The task and a run started by hand (operations, tests) count alike.
+  const run = async (signal?: AbortSignal): Promise<CleanupReport> => {
+    const report = await runCleanup({
+      keys: deps.keys,
+      clock: deps.clock,
+      batchSize: deps.batchSize,
+      ...(signal === undefined ? {} : { signal }),
+      onBatch: (n) => {
+        deletedRows.inc({}, n);
+      },
+    });
+    runs.inc({ result: report.aborted ? 'aborted' : 'completed' });
+    return report;
+  };
   const task = defineTask({
     identifier: CLEANUP_TASK,
     queue: MAINTENANCE_QUEUE,
     handler: async (_payload, helpers) => {
-      const report = await runCleanup({
-        keys: deps.keys,
-        clock: deps.clock,
-        batchSize: deps.batchSize,
-        signal: helpers.signal,
-        onBatch: (n) => {
-          deletedRows.inc({}, n);
-        },
-      });
-      runs.inc({ result: report.aborted ? 'aborted' : 'completed' });
+      const report = await run(helpers.signal);
       helpers.logger.info(
         `idempotency cleanup ${report.aborted ? 'aborted' : 'completed'}: ${String(report.deleted)} rows deleted in ${String(report.batches)} batches`,
       );
@@ -74,5 +86,5 @@ export function cleanupJob(deps: CleanupTaskDeps): {
     jobKey: CLEANUP_TASK,
     queueName: MAINTENANCE_QUEUE,
   });
-  return { task, cron };
+  return { task, cron, run };
 }
