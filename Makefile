@@ -8,7 +8,9 @@ STAMP := node_modules/.install-stamp
 ROLE ?= all
 ARGS ?=
 
-.PHONY: help install build run migrate test check lint typecheck format-check boundaries docs docs-check migrations-check text-check migration-commit clean
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: browser-deps help install build run migrate test check lint typecheck format-check boundaries docs docs-check migrations-check text-check migration-commit clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -29,7 +31,15 @@ run: build ## start the server (role all) on an embedded PostgreSQL 18, migratin
 migrate: build ## apply committed migrations and exit
 	node dist/apps/server/main.js migrate $(ARGS)
 
-test: install ## run every test against a real PostgreSQL 18
+browser-deps: ## install Debian's chromium for the browser test when it is missing
+	@if [ ! -x "$(CHROMIUM)" ]; then \
+	  echo "installing Debian's chromium for the browser test"; \
+	  SUDO=""; if [ "$$(id -u)" != 0 ]; then SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	fi
+
+test: install browser-deps ## run every test against a real PostgreSQL 18
 	$(NODE_BIN)/tap
 
 lint: install ## ESLint with typescript-eslint type-checked rules
@@ -59,7 +69,7 @@ text-check: install ## no en or em dash, no hard-coded service name
 migration-commit: install ## commit migrations/current.sql (MESSAGE="...")
 	$(NODE_BIN)/tsx scripts/migration-commit.ts "$${MESSAGE:-}"
 
-check: install typecheck lint format-check boundaries docs-check migrations-check text-check ## every gate, then the tests with coverage
+check: install typecheck lint format-check boundaries docs-check migrations-check text-check browser-deps ## every gate, then the tests with coverage
 	$(NODE_BIN)/tap
 
 clean: ## remove build output and local data
