@@ -6,8 +6,8 @@
 import { problem } from '../../../kernel/errs/index.js';
 import type { VersionPrecondition } from '../app/ledger-service.js';
 
-/** Largest version an account can have (the column is a PostgreSQL integer). */
-const MAX_VERSION = 2_147_483_647;
+/** Largest version an account can have (the column is a bigint; versions stay exact JavaScript integers). */
+const MAX_VERSION = Number.MAX_SAFE_INTEGER;
 
 /** One entity tag at the start of the rest of a list, and what follows it. */
 const ENTITY_TAG = /^[ \t]*(W\/)?"([\x21\x23-\x7e\x80-\xff]*)"[ \t]*(?:,|$)/;
@@ -60,7 +60,7 @@ export function readIfMatch(header: string | undefined): VersionPrecondition {
     tags += 1;
     rest = rest.slice(tag[0].length);
     const [, weak, opaque = ''] = tag;
-    if (weak !== undefined || !/^[1-9]\d{0,9}$/.test(opaque)) continue;
+    if (weak !== undefined || !/^[1-9]\d{0,15}$/.test(opaque)) continue;
     const version = Number(opaque);
     if (version <= MAX_VERSION) versions.push(version);
   }

@@ -14,7 +14,8 @@ interface AccountRow {
   readonly name: string;
   readonly opening_balance: string;
   readonly balance: string;
-  readonly version: number;
+  /** bigint in the table; read as text and converted (safe up to 2^53). */
+  readonly version: string;
   readonly created_at: Date;
   readonly updated_at: Date;
 }
@@ -26,7 +27,7 @@ function toAccount(row: AccountRow): Account {
     name: row.name,
     openingBalance: toMinorUnits(row.opening_balance),
     balance: toMinorUnits(row.balance),
-    version: row.version,
+    version: Number(row.version),
     createdAt: row.created_at,
     updatedAt: row.updated_at,
   };
@@ -52,7 +53,7 @@ export class PgAccountRepository implements AccountRepository {
       values (${account.id}, ${account.principalId}, ${account.name},
               ${account.openingBalance}::bigint, ${account.openingBalance}::bigint, 1,
               ${account.createdAt}, ${account.createdAt})
-      returning id, principal_id, name, opening_balance::text, balance::text, version,
+      returning id, principal_id, name, opening_balance::text, balance::text, version::text,
                 created_at, updated_at`;
     if (row === undefined) throw new Error('insert into ledger_accounts returned no row');
     return toAccount(row);
@@ -61,7 +62,7 @@ export class PgAccountRepository implements AccountRepository {
   /** @inheritdoc */
   async find(principalId: Id, id: Id): Promise<Account | null> {
     const [row] = await this.#db.sql()<AccountRow[]>`
-      select id, principal_id, name, opening_balance::text, balance::text, version,
+      select id, principal_id, name, opening_balance::text, balance::text, version::text,
              created_at, updated_at
         from ledger_accounts
        where id = ${id} and principal_id = ${principalId}`;
@@ -84,8 +85,8 @@ export class PgAccountRepository implements AccountRepository {
       update ledger_accounts
          set name = ${change.name}, version = version + 1, updated_at = ${change.at}
        where id = ${id} and principal_id = ${principalId}
-         and version = any(${[...change.versions]}::integer[])
-      returning id, principal_id, name, opening_balance::text, balance::text, version,
+         and version = any(${[...change.versions]}::bigint[])
+      returning id, principal_id, name, opening_balance::text, balance::text, version::text,
                 created_at, updated_at`;
     return row === undefined ? null : toAccount(row);
   }
