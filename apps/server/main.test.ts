@@ -1,3 +1,4 @@
+import net from 'node:net';
 import t from 'tap';
 import { testDatabase } from '../../test/harness/db.js';
 import { startServerProcess } from '../../test/harness/process.js';
@@ -83,5 +84,39 @@ void t.test(
     t.match(String(ran['msg']), /0 rows deleted/);
     p.child.kill('SIGINT');
     t.equal(await p.exited, 0);
+  },
+);
+
+void t.test(
+  'a worker whose metrics port is taken stops before taking any job, and says why in the log',
+  async (t) => {
+    const db = await testDatabase(t);
+    await installWorkerSchema(db.ownerUrl, db.state.app.name);
+    const blocker = net.createServer();
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+    t.teardown(
+      () =>
+        new Promise<void>((resolve) => {
+          blocker.close(() => {
+            resolve();
+          });
+        }),
+    );
+    const port = (blocker.address() as net.AddressInfo).port;
+    const p = startServerProcess(['--role', 'worker'], {
+      DATABASE__URL: db.appUrl,
+      METRICS__WORKER_PORT: String(port),
+    });
+    t.equal(await p.exited, 1);
+    t.notOk(
+      p.lines.some((l) => l['msg'] === 'jobs started'),
+      'no job was taken',
+    );
+    t.ok(
+      p.lines.some(
+        (l) => l['msg'] === 'start-up failed' && JSON.stringify(l).includes('EADDRINUSE'),
+      ),
+      'the structured log names the cause',
+    );
   },
 );

@@ -84,9 +84,11 @@ async function serve(
     if (command.migrate) await migrate(target, logger);
     app = await buildApp({ config, appUrl: target.appUrl, logger });
     if (command.role === 'worker' || command.role === 'all') {
+      // The metrics listener binds first: a port already in use stops the
+      // worker before it has taken any job.
+      if (command.role === 'worker') await app.serveWorkerMetrics();
       await app.startJobs();
       logger.info({ role: command.role }, 'jobs started');
-      if (command.role === 'worker') await app.serveWorkerMetrics();
     }
     if (command.role === 'api' || command.role === 'all') {
       const address = await app.http.listen({ host: config.http.host, port: config.http.port });
@@ -109,6 +111,7 @@ async function serve(
       logger.info({ role: command.role }, 'started');
     }
   } catch (err) {
+    logger.fatal({ err }, 'start-up failed');
     await app?.close().catch(() => undefined);
     await target.close().catch(() => undefined);
     throw err;

@@ -51,6 +51,11 @@ export async function startMetricsListener(
       resolve();
     });
   });
+  // After listening, a failed accept (EMFILE and the like) must not become an
+  // unhandled 'error' event that takes the process down.
+  server.on('error', (err) => {
+    options.onError(err);
+  });
   const bound = server.address() as AddressInfo;
   const host = bound.family === 'IPv6' ? `[${bound.address}]` : bound.address;
   let closing: Promise<void> | undefined;
