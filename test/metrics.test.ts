@@ -214,3 +214,15 @@ void t.test('the worker role serves the same registry on a listener of its own',
   await k.app.close();
   await t.rejects(fetch(`${listener.address}/metrics`), 'closed with the app');
 });
+
+void t.test(
+  'scrapes within metrics.key_stats_min_interval reuse the last key statistics (found by review)',
+  async (t) => {
+    const k = await startTestApp(t, { env: { METRICS__KEY_STATS_MIN_INTERVAL: '1h' } });
+    t.equal(sample(await scrape(k), 'idempotency_keys_rows'), 0);
+    t.equal((await keyed(k, newId(), 'cached')).statusCode, 201);
+    for (let i = 0; i < 20; i++) {
+      t.equal(sample(await scrape(k), 'idempotency_keys_rows'), 0, 'the cached value, no new read');
+    }
+  },
+);

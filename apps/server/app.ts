@@ -3,6 +3,7 @@
  * modules' routes, tasks and cron items, and hands back what each process
  * role runs. Built without listening or polling, so tests use it as it is.
  */
+import { performance } from 'node:perf_hooks';
 import { systemClock, type Clock } from '../../kernel/clock/index.js';
 import { InMemoryMetrics, type Metrics } from '../../kernel/metrics/index.js';
 import type { Config } from '../../platform/config/index.js';
@@ -21,6 +22,25 @@ import { PgDatabase, PgUnitOfWork, type FaultContext } from '../../platform/pg/u
 import { createIdentityModule, type IdentityModule } from '../../modules/identity/index.js';
 import { createLedgerModule } from '../../modules/ledger/index.js';
 import { createSyncModule, type SyncModule } from '../../modules/sync/index.js';
+
+/**
+ * Reuses a read's result for a minimum interval, so the metrics route (public,
+ * not rate limited) cannot make the database work on every request.
+ *
+ * @param minIntervalMs how long a result stays fresh; 0 reads every time.
+ * @param read the read.
+ * @returns a function with the read's result, fresh or cached.
+ */
+export function cachedFor<T>(minIntervalMs: number, read: () => Promise<T>): () => Promise<T> {
+  let last: { at: number; value: T } | undefined;
+  return async () => {
+    const now = performance.now();
+    if (last !== undefined && now - last.at < minIntervalMs) return last.value;
+    const value = await read();
+    last = { at: performance.now(), value };
+    return value;
+  };
+}
 
 /** The API document's version. */
 export const API_VERSION = '1.0.0';
@@ -162,7 +182,9 @@ export async function buildApp(deps: AppDeps): Promise<App> {
         help: 'Seconds since the oldest row still in idempotency_keys expired; 0 when none is expired.',
       },
     },
-    read: () => sync.keyStats(KEY_STATS_TIMEOUT_MS),
+    read: cachedFor(config.metrics.key_stats_min_interval, () =>
+      sync.keyStats(KEY_STATS_TIMEOUT_MS),
+    ),
     timeoutMs: KEY_STATS_TIMEOUT_MS,
     onError: (err) => {
       deps.logger.warn({ err }, 'metrics: reading idempotency key statistics failed');

@@ -30,7 +30,13 @@ const DEFAULTS: Config = {
     idempotency_cleanup_batch_size: 1_000,
   },
   log: { level: 'info' },
-  metrics: { enabled: true, path: '/metrics', worker_port: 9464, process_metrics: true },
+  metrics: {
+    enabled: true,
+    path: '/metrics',
+    worker_port: 9464,
+    key_stats_min_interval: 10_000,
+    process_metrics: true,
+  },
 };
 
 /** The part of a tap test that makes throwaway fixture directories. */

@@ -27,6 +27,7 @@ const EXPECTED_KEYS = [
   'metrics.enabled',
   'metrics.path',
   'metrics.worker_port',
+  'metrics.key_stats_min_interval',
   'metrics.process_metrics',
 ];
 
@@ -116,6 +117,7 @@ void t.test('the documented defaults', (t) => {
     'metrics.enabled': true,
     'metrics.path': '/metrics',
     'metrics.worker_port': 9464,
+    'metrics.key_stats_min_interval': '10s',
     'metrics.process_metrics': true,
   });
   t.end();

@@ -410,6 +410,13 @@ export const ConfigSchema = Type.Object(
         minimum: 0,
         maximum: 65_535,
       }),
+      key_stats_min_interval: duration({
+        default: '10s',
+        description:
+          'Shortest time between two reads of the idempotency_keys gauges (row count, oldest expired age); scrapes in between get the last values, so frequent or hostile scrapes cost the database nothing. 0ms reads on every scrape.',
+        min: '0ms',
+        max: MAX_TIMER,
+      }),
       process_metrics: flag({
         default: true,
         description:

@@ -228,6 +228,7 @@ export async function secondInstance(
       DATABASE__URL: k.tdb.appUrl,
       LOG__LEVEL: 'info',
       HTTP__RATE_LIMIT_MAX: '100000',
+      METRICS__KEY_STATS_MIN_INTERVAL: '0ms',
       ...options.env,
     },
   });
@@ -271,6 +272,7 @@ export async function startTestApp(t: Test, options: TestAppOptions = {}): Promi
       DATABASE__URL: tdb.appUrl,
       LOG__LEVEL: 'info',
       HTTP__RATE_LIMIT_MAX: '100000',
+      METRICS__KEY_STATS_MIN_INTERVAL: '0ms',
       ...options.env,
     },
   });
