@@ -202,9 +202,18 @@ export class EmbeddedPostgres {
     // The postgres user must be able to pass through the folder to reach its
     // data and log; it needs no right to list or read the credentials.
     if (binaries.runAs) await fs.chmod(rootDir, 0o711);
-    const credentials = await ensureCluster(binaries, rootDir, dataDir);
-    if (await isRunning(binaries, dataDir)) {
-      await pgCtl(binaries, ['stop', '-D', dataDir, '-m', 'fast', '-w']);
+    await takeLock(rootDir);
+    let credentials: Credentials;
+    try {
+      credentials = await ensureCluster(binaries, rootDir, dataDir);
+      // The lock is ours, so a server still running here was left by a
+      // process that died without stopping it.
+      if (await isRunning(binaries, dataDir)) {
+        await pgCtl(binaries, ['stop', '-D', dataDir, '-m', 'fast', '-w']);
+      }
+    } catch (err) {
+      await releaseLock(rootDir);
+      throw err;
     }
     const logFile = path.join(rootDir, 'postgres.log');
     await fs.writeFile(logFile, '');
@@ -279,8 +288,10 @@ export class EmbeddedPostgres {
    */
   async stop(mode: 'fast' | 'immediate' = 'fast'): Promise<void> {
     const dataDir = path.join(this.rootDir, 'data');
-    if (!(await isRunning(this.binaries, dataDir))) return;
-    await pgCtl(this.binaries, ['stop', '-D', dataDir, '-m', mode, '-w', '-t', '60']);
+    if (await isRunning(this.binaries, dataDir)) {
+      await pgCtl(this.binaries, ['stop', '-D', dataDir, '-m', mode, '-w', '-t', '60']);
+    }
+    await releaseLock(this.rootDir);
   }
 
   /**
@@ -310,6 +321,51 @@ export class EmbeddedPostgres {
       await fs.readFile(path.join(rootDir, 'credentials.json'), 'utf8'),
     ) as Credentials;
     return new EmbeddedPostgres(path.resolve(rootDir), port, binaries, credentials);
+  }
+}
+
+/**
+ * Takes the folder's lock (`server.lock`, holding the pid of the process that
+ * runs the server): a second process, or a second start in this one, must
+ * not stop a server another one is using. A lock whose process is gone is
+ * stale and taken over.
+ *
+ * @param rootDir the cluster's folder.
+ * @throws Error naming the process that holds the folder.
+ */
+async function takeLock(rootDir: string): Promise<void> {
+  const lockFile = path.join(rootDir, 'server.lock');
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      await fs.writeFile(lockFile, String(process.pid), { flag: 'wx', mode: 0o600 });
+      return;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    const holder = Number((await fs.readFile(lockFile, 'utf8').catch(() => '')).trim());
+    if (Number.isInteger(holder) && holder > 0 && alive(holder)) {
+      throw new Error(
+        `the embedded PostgreSQL in ${rootDir} is in use by process ${String(holder)}: stop that server, or set database.embedded_data_dir to another folder`,
+      );
+    }
+    await fs.rm(lockFile, { force: true });
+  }
+  throw new Error(`could not take the lock ${lockFile}`);
+}
+
+async function releaseLock(rootDir: string): Promise<void> {
+  const lockFile = path.join(rootDir, 'server.lock');
+  const holder = (await fs.readFile(lockFile, 'utf8').catch(() => '')).trim();
+  if (holder === String(process.pid)) await fs.rm(lockFile, { force: true });
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    // EPERM: the process exists but belongs to someone else.
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 
