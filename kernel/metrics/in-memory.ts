@@ -13,6 +13,7 @@ import {
   type Labels,
   type Metrics,
   type MetricType,
+  assertSameRegistration,
 } from './metrics.js';
 
 /** One counter or gauge series in a snapshot. */
@@ -166,18 +167,12 @@ export class InMemoryMetrics implements Metrics {
       type === 'histogram' ? validateBuckets(name, rawBuckets ?? DEFAULT_BUCKETS) : [];
     const existing = this.#families.get(name);
     if (existing) {
-      if (existing.type !== type)
-        throw new TypeError(`metric ${name} is already registered as a ${existing.type}`);
-      if (!sameSet(existing.labelNames, labelNames)) {
-        throw new TypeError(
-          `metric ${name} is already registered with label names [${existing.labelNames.join(', ')}], not [${labelNames.join(', ')}]`,
-        );
-      }
-      if (rawBuckets !== undefined && !sameList(existing.buckets, buckets)) {
-        throw new TypeError(
-          `histogram ${name} is already registered with buckets [${existing.buckets.join(', ')}]`,
-        );
-      }
+      assertSameRegistration(
+        name,
+        existing,
+        { type, labelNames, buckets },
+        rawBuckets !== undefined,
+      );
       return existing.instrument;
     }
     const series = new Map<string, ValueState | HistogramState>();
@@ -289,14 +284,6 @@ function assertFinite(name: string, value: number): void {
 // JSON of the ordered values cannot collide, whatever characters the values hold.
 function seriesKey(values: readonly string[]): string {
   return JSON.stringify(values);
-}
-
-function sameSet(a: readonly string[], b: readonly string[]): boolean {
-  return a.length === b.length && a.every((x) => b.includes(x));
-}
-
-function sameList(a: readonly number[], b: readonly number[]): boolean {
-  return a.length === b.length && a.every((x, i) => x === b[i]);
 }
 
 // Code-unit order, not locale order, so snapshots are the same on every machine.

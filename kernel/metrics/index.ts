@@ -5,6 +5,13 @@
  * @packageDocumentation
  */
 export type { Counter, Gauge, Histogram, Labels, Metrics, MetricType } from './metrics.js';
-export { DEFAULT_BUCKETS, labelValues, validateBuckets, validateRegistration } from './metrics.js';
+export {
+  assertSameRegistration,
+  DEFAULT_BUCKETS,
+  labelValues,
+  validateBuckets,
+  validateRegistration,
+} from './metrics.js';
+export type { RegisteredFamily } from './metrics.js';
 export type { BucketCount, FamilySnapshot, HistogramSeries, ValueSeries } from './in-memory.js';
 export { InMemoryMetrics } from './in-memory.js';

@@ -198,3 +198,49 @@ export function labelValues(
     return String(value);
   });
 }
+
+/** What a registered family was declared with, for {@link assertSameRegistration}. */
+export interface RegisteredFamily {
+  readonly type: MetricType;
+  readonly labelNames: readonly string[];
+  readonly buckets: readonly number[];
+}
+
+/**
+ * The rule for registering a name twice, shared by every implementation: the
+ * same instrument comes back only when kind and label names agree, and (for a
+ * histogram registered again with explicit buckets) the buckets too.
+ *
+ * @param name the metric name.
+ * @param existing what the name was first registered with.
+ * @param wanted what the second registration asks for (validated).
+ * @param bucketsGiven whether the second registration passed buckets explicitly.
+ * @throws TypeError naming the disagreement.
+ */
+export function assertSameRegistration(
+  name: string,
+  existing: RegisteredFamily,
+  wanted: RegisteredFamily,
+  bucketsGiven: boolean,
+): void {
+  if (existing.type !== wanted.type) {
+    throw new TypeError(`metric ${name} is already registered as a ${existing.type}`);
+  }
+  const labels = existing.labelNames;
+  if (
+    labels.length !== wanted.labelNames.length ||
+    !labels.every((l) => wanted.labelNames.includes(l))
+  ) {
+    throw new TypeError(
+      `metric ${name} is already registered with label names [${labels.join(', ')}], not [${wanted.labelNames.join(', ')}]`,
+    );
+  }
+  const sameBuckets =
+    existing.buckets.length === wanted.buckets.length &&
+    existing.buckets.every((b, i) => b === wanted.buckets[i]);
+  if (bucketsGiven && !sameBuckets) {
+    throw new TypeError(
+      `histogram ${name} is already registered with buckets [${existing.buckets.join(', ')}]`,
+    );
+  }
+}

@@ -12,6 +12,7 @@ import {
   Registry,
 } from 'prom-client';
 import {
+  assertSameRegistration,
   DEFAULT_BUCKETS,
   labelValues,
   validateBuckets,
@@ -276,20 +277,14 @@ export class PrometheusMetrics implements Metrics {
       type === 'histogram' ? validateBuckets(name, rawBuckets ?? DEFAULT_BUCKETS) : [];
     const existing = this.#families.get(name);
     if (existing) {
-      if (existing.instrument === undefined)
+      if (existing.instrument === undefined || existing.type === 'scrape')
         throw new TypeError(`metric ${name} is already registered as a gauge read at scrape time`);
-      if (existing.type !== type)
-        throw new TypeError(`metric ${name} is already registered as a ${existing.type}`);
-      if (!sameSet(existing.labelNames, labelNames)) {
-        throw new TypeError(
-          `metric ${name} is already registered with label names [${existing.labelNames.join(', ')}], not [${labelNames.join(', ')}]`,
-        );
-      }
-      if (rawBuckets !== undefined && !sameList(existing.buckets, buckets)) {
-        throw new TypeError(
-          `histogram ${name} is already registered with buckets [${existing.buckets.join(', ')}]`,
-        );
-      }
+      assertSameRegistration(
+        name,
+        { type: existing.type, labelNames: existing.labelNames, buckets: existing.buckets },
+        { type, labelNames, buckets },
+        rawBuckets !== undefined,
+      );
       return existing.instrument;
     }
     if (this.registry.getSingleMetric(name) !== undefined) {
@@ -314,12 +309,4 @@ function promLabels(
 
 function assertFinite(name: string, value: number): void {
   if (!Number.isFinite(value)) throw new RangeError(`${name} takes finite numbers, got ${value}`);
-}
-
-function sameSet(a: readonly string[], b: readonly string[]): boolean {
-  return a.length === b.length && a.every((x) => b.includes(x));
-}
-
-function sameList(a: readonly number[], b: readonly number[]): boolean {
-  return a.length === b.length && a.every((x, i) => x === b[i]);
 }

@@ -15,30 +15,15 @@ import {
   IssuedTokenSchema,
   ListTokensQuery,
   MeSchema,
-  ProblemSchema,
   TAG,
   TokenIdParams,
   TokenListSchema,
 } from './schemas.js';
-
-/** Problems every authenticated route may answer. */
-const COMMON_PROBLEMS = {
-  401: ProblemSchema,
-  429: ProblemSchema,
-  500: ProblemSchema,
-  503: ProblemSchema,
-} as const;
-
-/**
- * Problems of a keyed write: a stored final error, a key reused for another
- * request, a repeat while the first runs or of a one-time secret.
- */
-const KEYED_PROBLEMS = {
-  ...COMMON_PROBLEMS,
-  400: ProblemSchema,
-  409: ProblemSchema,
-  422: ProblemSchema,
-} as const;
+import {
+  COMMON_PROBLEMS,
+  KEYED_PROBLEMS,
+  ProblemSchema,
+} from '../../../platform/http/problem-schemas.js';
 
 /**
  * The calling principal. Routes with `auth: 'required'` run only for

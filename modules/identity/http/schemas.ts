@@ -29,22 +29,6 @@ const Prefix = Type.String({
   examples: ['tok_k3vq7za2'],
 });
 
-/**
- * An RFC 9457 problem body, loosely: the members every problem carries, and
- * whatever extension members (`errors`, `reason`, `hint`) it has.
- */
-export const ProblemSchema = Type.Object(
-  {
-    type: Type.String(),
-    title: Type.String(),
-    status: Type.Integer(),
-    detail: Type.String(),
-    code: Type.String(),
-    correlation_id: Type.String(),
-  },
-  { additionalProperties: true, description: 'An RFC 9457 problem (application/problem+json).' },
-);
-
 /** Body of `POST /api/v1/tokens`. */
 export const CreateTokenBody = Type.Object(
   {

@@ -22,33 +22,18 @@ import {
   NewAccountHeaders,
   NewTransferHeaders,
   OpenAccountBody,
-  ProblemSchema,
   RenameAccountBody,
   RenameAccountHeaders,
   TAG,
   TransferIdParams,
   TransferSchema,
 } from './schemas.js';
+import {
+  COMMON_PROBLEMS,
+  KEYED_PROBLEMS,
+  ProblemSchema,
+} from '../../../platform/http/problem-schemas.js';
 import { strictValidatorCompiler } from './validation.js';
-
-/** Problems every authenticated route may answer. */
-const COMMON_PROBLEMS = {
-  401: ProblemSchema,
-  429: ProblemSchema,
-  500: ProblemSchema,
-  503: ProblemSchema,
-} as const;
-
-/**
- * Problems of a keyed write besides its own: a stored final error, a key
- * reused for another request, a repeat while the first runs.
- */
-const KEYED_PROBLEMS = {
-  ...COMMON_PROBLEMS,
-  400: ProblemSchema,
-  409: ProblemSchema,
-  422: ProblemSchema,
-} as const;
 
 /** An account answer: the body's version is also its ETag. */
 const AccountWithEtag = { ...AccountSchema, headers: AccountEtagHeaders };

@@ -30,22 +30,6 @@ function minorUnits(minimum: number, description: string) {
 }
 
 /**
- * An RFC 9457 problem body, loosely: the members every problem carries, and
- * whatever extension members (`errors`, `reason`, `hint`) it has.
- */
-export const ProblemSchema = Type.Object(
-  {
-    type: Type.String(),
-    title: Type.String(),
-    status: Type.Integer(),
-    detail: Type.String(),
-    code: Type.String(),
-    correlation_id: Type.String(),
-  },
-  { additionalProperties: true, description: 'An RFC 9457 problem (application/problem+json).' },
-);
-
-/**
  * The response headers of an account answer, as a map from header name to
  * schema (the form the API document generator reads): the `ETag`, the
  * account's version in double quotes.
