@@ -10,7 +10,7 @@ ARGS ?=
 
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: browser-deps help install build run migrate test check lint typecheck format-check boundaries docs docs-check migrations-check text-check migration-commit clean
+.PHONY: bench soak browser-deps help install build run migrate test check lint typecheck format-check boundaries docs docs-check migrations-check text-check migration-commit clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -41,6 +41,12 @@ browser-deps: ## install Debian's chromium for the browser test when it is missi
 
 test: install browser-deps ## run every test against a real PostgreSQL 18
 	$(NODE_BIN)/tap
+
+bench: install ## benchmarks on a durable embedded PostgreSQL 18 (ARGS="--seconds 15 --publish")
+	$(NODE_BIN)/tsx test/bench/run.ts $(ARGS)
+
+soak: install ## the reliability suite's long variants (SOAK=1)
+	SOAK=1 $(NODE_BIN)/tap --disable-coverage test/reliability
 
 lint: install ## ESLint with typescript-eslint type-checked rules
 	$(NODE_BIN)/eslint . --max-warnings 0

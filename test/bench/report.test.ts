@@ -1,0 +1,153 @@
+/**
+ * The benchmark's arithmetic: targets judged from figures, the stdout
+ * report, the chart, and /proc stat parsing. The load itself runs only in
+ * `make bench`.
+ */
+import t from 'tap';
+import { parseProcStat } from './proc.js';
+import {
+  formatReport,
+  judgeTargets,
+  renderChart,
+  table,
+  type BenchFigures,
+  type ScenarioFigures,
+} from './report.js';
+
+function s(id: string, rps: number, p99Ms = 10): ScenarioFigures {
+  return {
+    id,
+    label: `${id} <label>`,
+    rps,
+    p50Ms: p99Ms / 2,
+    p99Ms,
+    requests: rps * 10,
+    non2xx: 0,
+    errors: 0,
+    nodeCpuUs: 300,
+    pgCpuUs: 400,
+  };
+}
+
+function figures(
+  overrides: Partial<Record<string, number>> = {},
+  effects = [1, 1, 1],
+): BenchFigures {
+  const v = (id: string, d: number): number => overrides[id] ?? d;
+  return {
+    scenarios: [
+      s('unkeyed', v('unkeyed', 1000)),
+      s('keyed', v('keyed', 900)),
+      s('replay', v('replay', 5000)),
+      s('keyed_1m', v('keyed_1m', 880)),
+      s('cleanup_without', 850, v('without_p99', 20)),
+      s('cleanup_during', 800, v('during_p99', 25)),
+      s('peer', v('peer', 950)),
+    ],
+    bursts: {
+      count: effects.length,
+      size: 64,
+      medianMs: 40,
+      maxMs: 60,
+      effectsPerBurst: effects,
+      answers: { '201': 3, '201 replay': 189 },
+    },
+    cleanup: {
+      rows: 1_000_000,
+      aloneRowsPerSecond: v('cleanup', 310_000),
+      underLoadRowsPerSecond: 90_000,
+    },
+  };
+}
+
+void t.test('targets are judged from the ratios, at their thresholds', (t) => {
+  const met = judgeTargets(figures());
+  t.same(
+    met.map((r) => [r.name, r.met]),
+    [
+      ['keyed / unkeyed throughput', true],
+      ['replay / keyed throughput', true],
+      ['keyed at 1M keys / at 0 keys', true],
+      ['keyed p99 during cleanup / without', true],
+      ['cleanup alone, rows/s', true],
+      ['ours / peer keyed throughput', true],
+      ['effects per burst of identical requests (all bursts)', true],
+    ],
+  );
+  t.equal(met[0]!.value, 0.9);
+  t.equal(met[3]!.value, 1.25);
+
+  const missed = judgeTargets(
+    figures(
+      {
+        keyed: 800,
+        replay: 3000,
+        keyed_1m: 700,
+        during_p99: 30,
+        cleanup: 299_999,
+        peer: 1000,
+      },
+      [1, 2, 1],
+    ),
+  );
+  t.same(
+    missed.map((r) => r.met),
+    [false, false, false, false, false, false, false],
+    'every target can be missed',
+  );
+  t.equal(missed[0]!.value, 0.8);
+  t.same(
+    judgeTargets(figures({}, [])).at(-1)!.met,
+    false,
+    'no bursts measured is not a met target',
+  );
+  t.end();
+});
+
+void t.test('a target exactly at its threshold is met; NaN never is', (t) => {
+  const exact = judgeTargets(figures({ unkeyed: 1000, keyed: 850, keyed_1m: 807.5 }));
+  t.equal(exact[0]!.met, true);
+  const nan = judgeTargets(figures({ unkeyed: 0, keyed: 0 }));
+  t.equal(nan[0]!.met, false, '0 / 0 is NaN, not met');
+  t.end();
+});
+
+void t.test('judging a run without a scenario names the scenario', (t) => {
+  const f = figures();
+  t.throws(
+    () => judgeTargets({ ...f, scenarios: f.scenarios.filter((x) => x.id !== 'peer') }),
+    /no scenario "peer"/,
+  );
+  t.end();
+});
+
+void t.test('the report and the table align their columns and mark misses', (t) => {
+  t.equal(table(['a', 'bb'], [['xxx', 'y']]), 'a    bb\n---  --\nxxx  y ');
+  const text = formatReport(figures({ keyed: 800 }));
+  t.match(text, /keyed \/ unkeyed throughput\s+0\.80\s+>= 0\.85\s+MISSED/);
+  t.match(text, /replay \/ keyed throughput\s+6\.25\s+>= 5\s+met/);
+  t.match(text, /cleanup alone, rows\/s\s+310000\s+>= 300000\s+met/);
+  t.match(text, /effects per burst: 1; answers: 201 3, 201 replay 189/);
+  t.end();
+});
+
+void t.test('the chart is SVG with one bar per scenario, labels escaped', (t) => {
+  const svg = renderChart(figures(), 'machine <x> & y');
+  t.match(svg, /^<svg xmlns="http:\/\/www\.w3\.org\/2000\/svg"/);
+  t.equal(svg.match(/<rect x="300"/g)?.length, 7);
+  t.match(svg, /machine &lt;x&gt; &amp; y/);
+  t.match(svg, /unkeyed &lt;label&gt;/);
+  t.notMatch(svg, /<label>/);
+  // The largest throughput (replay, 5000) gets the full bar width.
+  t.match(svg, /width="420" height="22"/);
+  t.end();
+});
+
+void t.test('/proc stat lines are read from after the command name', (t) => {
+  const line =
+    '4242 (node (a) b) S 17 4242 17 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 11 0 1000 0 0';
+  t.same(parseProcStat(line, 100), { pid: 4242, ppid: 17, cpuMicros: 3_000_000 });
+  t.throws(() => parseProcStat('garbage', 100), /not a \/proc stat line/);
+  t.throws(() => parseProcStat('1 (x) S y', 100), /not a \/proc stat line/);
+  t.end();
+});

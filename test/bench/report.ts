@@ -1,0 +1,222 @@
+/**
+ * The benchmark's report: the ratios judged against the targets of the
+ * performance chapter, the table printed on stdout, and the bar chart (SVG)
+ * that docs/performance.md embeds. Pure functions of the measured figures.
+ */
+
+/** Figures of one load scenario, as measured. */
+export interface ScenarioFigures {
+  /** Short identifier, e.g. `keyed`. */
+  readonly id: string;
+  /** What was measured, for the table and the chart. */
+  readonly label: string;
+  readonly rps: number;
+  readonly p50Ms: number;
+  readonly p99Ms: number;
+  readonly requests: number;
+  /** Answers that were not 2xx, and socket errors or timeouts. */
+  readonly non2xx: number;
+  readonly errors: number;
+  /** CPU microseconds per request of the server process and of PostgreSQL. */
+  readonly nodeCpuUs: number;
+  readonly pgCpuUs: number;
+}
+
+/** All the measured figures of one run. */
+export interface BenchFigures {
+  readonly scenarios: readonly ScenarioFigures[];
+  /** Bursts of identical keyed requests. */
+  readonly bursts: {
+    readonly count: number;
+    readonly size: number;
+    readonly medianMs: number;
+    readonly maxMs: number;
+    /** Transfers made per burst, each burst; every entry must be 1. */
+    readonly effectsPerBurst: readonly number[];
+    /** Answers by kind over all bursts. */
+    readonly answers: Readonly<Record<string, number>>;
+  };
+  /** Cleanup of expired keys, alone and under keyed load. */
+  readonly cleanup: {
+    readonly rows: number;
+    readonly aloneRowsPerSecond: number;
+    readonly underLoadRowsPerSecond: number;
+  };
+}
+
+/** One target, judged. */
+export interface TargetResult {
+  readonly name: string;
+  /** The measured value. */
+  readonly value: number;
+  /** `>=` or `<=` the threshold. */
+  readonly op: '>=' | '<=';
+  readonly threshold: number;
+  readonly met: boolean;
+}
+
+/**
+ * Finds a scenario's figures by id.
+ *
+ * @param figures the run.
+ * @param id the scenario id.
+ * @returns its figures.
+ * @throws Error when the run has no such scenario.
+ */
+export function scenario(figures: BenchFigures, id: string): ScenarioFigures {
+  const found = figures.scenarios.find((s) => s.id === id);
+  if (found === undefined) throw new Error(`the run has no scenario "${id}"`);
+  return found;
+}
+
+function judge(name: string, value: number, op: '>=' | '<=', threshold: number): TargetResult {
+  const met = Number.isFinite(value) && (op === '>=' ? value >= threshold : value <= threshold);
+  return { name, value, op, threshold, met };
+}
+
+/**
+ * Judges the run against the targets of issue "Proof" (docs/performance.md).
+ *
+ * @param figures the run; needs scenarios unkeyed, keyed, replay, keyed_1m,
+ *   cleanup_without, cleanup_during and peer.
+ * @returns one result per target, in the chapter's order.
+ * @throws Error when a scenario is missing.
+ */
+export function judgeTargets(figures: BenchFigures): TargetResult[] {
+  const rps = (id: string): number => scenario(figures, id).rps;
+  const bursts = figures.bursts.effectsPerBurst;
+  return [
+    judge('keyed / unkeyed throughput', rps('keyed') / rps('unkeyed'), '>=', 0.85),
+    judge('replay / keyed throughput', rps('replay') / rps('keyed'), '>=', 5),
+    judge('keyed at 1M keys / at 0 keys', rps('keyed_1m') / rps('keyed'), '>=', 0.95),
+    judge(
+      'keyed p99 during cleanup / without',
+      scenario(figures, 'cleanup_during').p99Ms / scenario(figures, 'cleanup_without').p99Ms,
+      '<=',
+      1.3,
+    ),
+    judge('cleanup alone, rows/s', figures.cleanup.aloneRowsPerSecond, '>=', 300_000),
+    judge('ours / peer keyed throughput', rps('keyed') / rps('peer'), '>=', 0.9),
+    judge(
+      'effects per burst of identical requests (all bursts)',
+      bursts.length > 0 && bursts.every((n) => n === 1) ? 1 : 0,
+      '>=',
+      1,
+    ),
+  ];
+}
+
+function fixed(n: number, digits: number): string {
+  return Number.isFinite(n) ? n.toFixed(digits) : String(n);
+}
+
+function pad(cells: readonly string[], widths: readonly number[]): string {
+  return cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join('  ');
+}
+
+/**
+ * Renders a table of rows as aligned plain text.
+ *
+ * @param header the column names.
+ * @param rows the cells.
+ * @returns the text, one line per row after the header and a rule.
+ */
+export function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  return [pad(header, widths), widths.map((w) => '-'.repeat(w)).join('  ')]
+    .concat(rows.map((r) => pad(r, widths)))
+    .join('\n');
+}
+
+/**
+ * The report printed on stdout: the scenarios, the bursts, the cleanup and
+ * the targets.
+ *
+ * @param figures the run.
+ * @returns the text.
+ */
+export function formatReport(figures: BenchFigures): string {
+  const scenarios = table(
+    [
+      'scenario',
+      'req/s',
+      'p50 ms',
+      'p99 ms',
+      'requests',
+      'non-2xx',
+      'errors',
+      'node us/req',
+      'pg us/req',
+    ],
+    figures.scenarios.map((s) => [
+      s.label,
+      fixed(s.rps, 0),
+      fixed(s.p50Ms, 1),
+      fixed(s.p99Ms, 1),
+      String(s.requests),
+      String(s.non2xx),
+      String(s.errors),
+      fixed(s.nodeCpuUs, 0),
+      fixed(s.pgCpuUs, 0),
+    ]),
+  );
+  const b = figures.bursts;
+  const bursts = `bursts: ${String(b.count)} x ${String(b.size)} identical keyed transfers, all answered in median ${fixed(b.medianMs, 1)} ms, max ${fixed(b.maxMs, 1)} ms; effects per burst: ${[...new Set(b.effectsPerBurst)].join(', ')}; answers: ${Object.entries(
+    b.answers,
+  )
+    .map(([k, v]) => `${k} ${String(v)}`)
+    .join(', ')}`;
+  const c = figures.cleanup;
+  const cleanup = `cleanup of ${String(c.rows)} expired keys: alone ${fixed(c.aloneRowsPerSecond, 0)} rows/s, under keyed load ${fixed(c.underLoadRowsPerSecond, 0)} rows/s`;
+  const targets = table(
+    ['target', 'measured', 'goal', 'verdict'],
+    judgeTargets(figures).map((t) => [
+      t.name,
+      fixed(t.value, t.value >= 1000 ? 0 : 2),
+      `${t.op} ${String(t.threshold)}`,
+      t.met ? 'met' : 'MISSED',
+    ]),
+  );
+  return `${scenarios}\n\n${bursts}\n${cleanup}\n\n${targets}\n`;
+}
+
+function escapeXml(s: string): string {
+  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+}
+
+/**
+ * A horizontal bar chart of throughput per scenario, with p99 beside each
+ * bar, as a self-contained SVG document.
+ *
+ * @param figures the run.
+ * @param caption a line under the title (machine, date).
+ * @returns the SVG text.
+ */
+export function renderChart(figures: BenchFigures, caption: string): string {
+  const rows = figures.scenarios;
+  const max = Math.max(1, ...rows.map((s) => s.rps));
+  const left = 300;
+  const barMax = 420;
+  const rowH = 34;
+  const top = 70;
+  const width = left + barMax + 180;
+  const height = top + rows.length * rowH + 30;
+  const bars = rows
+    .map((s, i) => {
+      const y = top + i * rowH;
+      const w = Math.max(1, Math.round((s.rps / max) * barMax));
+      return [
+        `<text x="${String(left - 10)}" y="${String(y + 21)}" text-anchor="end">${escapeXml(s.label)}</text>`,
+        `<rect x="${String(left)}" y="${String(y + 6)}" width="${String(w)}" height="22" fill="#4a78b5"/>`,
+        `<text x="${String(left + w + 8)}" y="${String(y + 21)}">${fixed(s.rps, 0)} req/s, p99 ${fixed(s.p99Ms, 1)} ms</text>`,
+      ].join('');
+    })
+    .join('\n');
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${String(width)}" height="${String(height)}" viewBox="0 0 ${String(width)} ${String(height)}" font-family="sans-serif" font-size="13">
+<rect width="100%" height="100%" fill="#ffffff"/>
+<text x="20" y="28" font-size="17" font-weight="bold">Transfer route: throughput by scenario (higher is better)</text>
+<text x="20" y="50" fill="#555555">${escapeXml(caption)}</text>
+${bars}
+</svg>
+`;
+}

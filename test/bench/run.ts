@@ -1,0 +1,434 @@
+/**
+ * `make bench`: the benchmark suite. Starts a durable embedded PostgreSQL 18
+ * of its own (fsync and synchronous commit on), migrates it, starts the real
+ * server (`serve --role api`) as a separate process on 127.0.0.1 and drives
+ * the ledger transfer route with autocannon from this process:
+ *
+ * 1. unkeyed transfers (the baseline: same route, same transaction);
+ * 2. keyed transfers, a fresh key per request;
+ * 3. replays of completed keys;
+ * 4. bursts of identical keyed requests (time until all answered, effects);
+ * 5. keyed transfers with 1,000,000 keys stored (seeded with SQL);
+ * 6. cleanup of 1,000,000 expired keys, alone and under keyed load;
+ * 7. the peer library in place of ours (test/bench/peer-server.ts).
+ *
+ * Prints a table, writes `.bench-results/<time>.json` and
+ * `.bench-results/chart.svg`; with `--publish` also copies both to
+ * docs/performance/. Options: `--seconds N` (measured window, default 15),
+ * `--warmup N` (default 5), `--connections N` (default 16), `--keys N`
+ * (seeded keys, default 1000000), `--bursts N` (default 50).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { systemClock } from '../../kernel/clock/index.js';
+import { newId } from '../../kernel/ids/index.js';
+import { InMemoryMetrics } from '../../kernel/metrics/index.js';
+import { createPrincipalWithToken } from '../../modules/identity/index.js';
+import { createSyncModule } from '../../modules/sync/index.js';
+import { loadConfig } from '../../platform/config/index.js';
+import { projectRoot, runMigrations } from '../../platform/migrate/index.js';
+import { createSql, type Sql } from '../../platform/pg/client.js';
+import { openDatabase } from '../../platform/pg/database.js';
+import { freePort } from '../../platform/pg/embedded.js';
+import { PgDatabase, PgUnitOfWork } from '../../platform/pg/uow.js';
+import { burst, measure, type LoadFigures, type LoadRequest } from './load.js';
+import { postmasterPid } from './proc.js';
+import {
+  formatReport,
+  judgeTargets,
+  renderChart,
+  type BenchFigures,
+  type ScenarioFigures,
+} from './report.js';
+
+const { values: args } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '15' },
+    warmup: { type: 'string', default: '5' },
+    connections: { type: 'string', default: '16' },
+    keys: { type: 'string', default: '1000000' },
+    bursts: { type: 'string', default: '50' },
+    publish: { type: 'boolean', default: false },
+  },
+});
+
+function positive(name: string, text: string): number {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n <= 0) {
+    throw new Error(`--${name} must be a positive integer, got "${text}"`);
+  }
+  return n;
+}
+
+const SECONDS = positive('seconds', args.seconds);
+const WARMUP = positive('warmup', args.warmup);
+const CONNECTIONS = positive('connections', args.connections);
+const SEEDED_KEYS = positive('keys', args.keys);
+const BURSTS = positive('bursts', args.bursts);
+const BURST_SIZE = 64;
+const ACCOUNTS = 256;
+const OPENING = 1_000_000_000_000;
+const REPLAY_KEYS = 2_000;
+const TRANSFERS = '/api/v1/transfers';
+
+function log(message: string): void {
+  process.stderr.write(`[bench] ${message}\n`);
+}
+
+interface Server {
+  readonly child: ChildProcess;
+  readonly base: string;
+}
+
+async function startServer(script: string, args: string[], env: Record<string, string>) {
+  const port = await freePort();
+  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+    cwd: projectRoot(),
+    env: {
+      PATH: process.env['PATH'] ?? '/usr/bin:/bin',
+      HOME: process.env['HOME'] ?? '/tmp',
+      HTTP__PORT: String(port),
+      HTTP__RATE_LIMIT_MAX: '1000000000',
+      LOG__LEVEL: 'warn',
+      ...env,
+    },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const base = `http://127.0.0.1:${String(port)}`;
+  for (let i = 0; i < 300; i++) {
+    if (child.exitCode !== null) throw new Error(`${script} exited with ${String(child.exitCode)}`);
+    try {
+      if ((await fetch(`${base}/readyz`)).status === 200) return { child, base } as Server;
+    } catch {
+      // Not listening yet.
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${script} did not become ready`);
+}
+
+async function stopServer(server: Server): Promise<void> {
+  const exited = new Promise((r) => server.child.once('exit', r));
+  server.child.kill('SIGTERM');
+  await exited;
+}
+
+function pick<T>(items: readonly T[]): T {
+  return items[Math.floor(Math.random() * items.length)]!;
+}
+
+function transferBody(accounts: readonly string[]): string {
+  const from = pick(accounts);
+  let to = pick(accounts);
+  while (to === from) to = pick(accounts);
+  return JSON.stringify({ from_account_id: from, to_account_id: to, amount: 1 });
+}
+
+function toScenario(id: string, label: string, f: LoadFigures): ScenarioFigures {
+  log(
+    `${label}: ${f.rps.toFixed(0)} req/s, p99 ${f.p99Ms.toFixed(1)} ms, statuses ${JSON.stringify(f.statuses)}`,
+  );
+  return {
+    id,
+    label,
+    rps: f.rps,
+    p50Ms: f.p50Ms,
+    p99Ms: f.p99Ms,
+    requests: f.requests,
+    non2xx: f.non2xx,
+    errors: f.errors,
+    nodeCpuUs: f.nodeCpuUsPerRequest,
+    pgCpuUs: f.pgCpuUsPerRequest,
+  };
+}
+
+async function seedKeys(owner: Sql, principalId: string, count: number, expired: boolean) {
+  const started = performance.now();
+  const answer = {
+    id: newId(),
+    from_account_id: newId(),
+    to_account_id: newId(),
+    amount: 1,
+    created_at: new Date().toISOString(),
+  };
+  // In slices, so no single statement holds a huge transaction.
+  const slice = 100_000;
+  for (let done = 0; done < count; done += slice) {
+    const n = Math.min(slice, count - done);
+    await owner`
+      insert into idempotency_keys
+             (principal_id, key, action, request_sha256, state, response_status,
+              response_body, resource_id, created_at, expires_at)
+      select ${principalId}, uuidv7(), 'createTransfer', sha256(i::text::bytea), 'completed', 201,
+             ${owner.json(answer)}, uuidv7(), now() - interval '25 hours',
+             now() + ${expired ? '-1 hour' : '24 hours'}::interval
+        from generate_series(1, ${n}) i`;
+  }
+  await owner`vacuum analyze idempotency_keys`;
+  log(
+    `seeded ${String(count)} ${expired ? 'expired' : 'live'} keys in ${((performance.now() - started) / 1000).toFixed(1)} s`,
+  );
+}
+
+async function main(): Promise<void> {
+  const rootDir = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-pg-'));
+  log(`durable embedded PostgreSQL 18 in ${rootDir}`);
+  const target = await openDatabase({
+    url: '',
+    owner_url: '',
+    embedded_data_dir: rootDir,
+    embedded_port: 0,
+  });
+  const servers: Server[] = [];
+  try {
+    const ownerUrl = target.ownerUrl!;
+    await runMigrations({ ownerUrl, appRole: target.appRole });
+    const owner = createSql(ownerUrl, { max: 2, applicationName: 'bench-owner' });
+    const appSql = createSql(target.appUrl, { max: 4, applicationName: 'bench-cleanup' });
+    const pgPid = postmasterPid(path.join(rootDir, 'data'));
+    const settings = await owner<{ name: string; setting: string }[]>`
+      select name, setting from pg_settings
+       where name in ('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers', 'server_version')`;
+    log(`PostgreSQL settings: ${settings.map((s) => `${s.name}=${s.setting}`).join(', ')}`);
+
+    const db = new PgDatabase(appSql);
+    const uow = new PgUnitOfWork(db, {
+      lockTimeoutMs: 5_000,
+      statementTimeoutMs: 600_000,
+      transactionTimeoutMs: 600_000,
+      retryMax: 3,
+    });
+    const { principalId, token } = await createPrincipalWithToken(
+      { db, uow, clock: systemClock },
+      { displayName: 'Benchmark' },
+    );
+    const accounts = (
+      await owner<{ id: string }[]>`
+        insert into ledger_accounts
+               (id, principal_id, name, opening_balance, balance, version, created_at, updated_at)
+        select uuidv7(), ${principalId}, 'bench ' || i, ${OPENING}, ${OPENING}, 1, now(), now()
+          from generate_series(1, ${ACCOUNTS}) i
+        returning id`
+    ).map((r) => r.id);
+    await owner`vacuum analyze`;
+
+    const auth = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
+    const config = loadConfig({ env: { DATABASE__URL: target.appUrl } });
+    const env = { DATABASE__URL: target.appUrl };
+    const ours = await startServer('apps/server/main.ts', ['--role', 'api'], env);
+    servers.push(ours);
+    const serverPid = ours.child.pid!;
+    const unkeyed = (): LoadRequest => ({ headers: auth, body: transferBody(accounts) });
+    const keyed = (): LoadRequest => ({
+      headers: { ...auth, 'idempotency-key': newId() },
+      body: transferBody(accounts),
+    });
+    const run = async (
+      id: string,
+      label: string,
+      next: () => LoadRequest,
+      server: Server,
+      pid: number,
+      during?: () => Promise<unknown>,
+    ): Promise<ScenarioFigures> => {
+      await measure({
+        url: server.base,
+        path: TRANSFERS,
+        connections: CONNECTIONS,
+        seconds: WARMUP,
+        next,
+        serverPid: pid,
+        postmasterPid: pgPid,
+      });
+      const f = await measure({
+        url: server.base,
+        path: TRANSFERS,
+        connections: CONNECTIONS,
+        seconds: SECONDS,
+        next,
+        serverPid: pid,
+        postmasterPid: pgPid,
+        ...(during === undefined ? {} : { during }),
+      });
+      return toScenario(id, label, f);
+    };
+
+    const scenarios: ScenarioFigures[] = [];
+    scenarios.push(await run('unkeyed', 'unkeyed (baseline)', unkeyed, ours, serverPid));
+    scenarios.push(await run('keyed', 'keyed, fresh key', keyed, ours, serverPid));
+
+    // Replays: completed keys made through the API, then replayed at random.
+    const replayable: LoadRequest[] = [];
+    for (let i = 0; i < REPLAY_KEYS; i += CONNECTIONS) {
+      const made = await Promise.all(
+        Array.from({ length: CONNECTIONS }, async () => {
+          const r = keyed();
+          const res = await fetch(`${ours.base}${TRANSFERS}`, {
+            method: 'POST',
+            headers: r.headers,
+            body: r.body,
+          });
+          await res.arrayBuffer();
+          if (res.status !== 201) throw new Error(`replay set-up: ${String(res.status)}`);
+          return r;
+        }),
+      );
+      replayable.push(...made);
+    }
+    scenarios.push(
+      await run('replay', 'replay of a completed key', () => pick(replayable), ours, serverPid),
+    );
+
+    // Bursts of identical requests over their own sockets.
+    const agent = new http.Agent({ keepAlive: true, maxSockets: BURST_SIZE });
+    const burstMs: number[] = [];
+    const effectsPerBurst: number[] = [];
+    const answers: Record<string, number> = {};
+    for (let b = 0; b < BURSTS; b++) {
+      const request = keyed();
+      const key = request.headers['idempotency-key']!;
+      const before = await owner<{ n: string }[]>`select count(*) as n from ledger_transfers`;
+      const { answers: got, ms } = await burst(
+        `${ours.base}${TRANSFERS}`,
+        request,
+        BURST_SIZE,
+        agent,
+      );
+      const after = await owner<{ n: string }[]>`select count(*) as n from ledger_transfers`;
+      burstMs.push(ms);
+      effectsPerBurst.push(Number(after[0]!.n) - Number(before[0]!.n));
+      const originals = got.filter((a) => a.status === 201 && !a.replay);
+      for (const a of got) {
+        const kind = `${String(a.status)}${a.replay ? ' replay' : ''}`;
+        answers[kind] = (answers[kind] ?? 0) + 1;
+        if (a.status === 201 && originals[0] !== undefined && a.body !== originals[0].body) {
+          throw new Error(`burst ${key}: a replay differs from the original`);
+        }
+      }
+    }
+    agent.destroy();
+    burstMs.sort((a, b) => a - b);
+    log(`bursts: median ${burstMs[Math.floor(burstMs.length / 2)]!.toFixed(1)} ms`);
+
+    // 1M live keys stored.
+    await seedKeys(owner, principalId, SEEDED_KEYS, false);
+    scenarios.push(
+      await run(
+        'keyed_1m',
+        `keyed, ${String(SEEDED_KEYS / 1e6)}M keys stored`,
+        keyed,
+        ours,
+        serverPid,
+      ),
+    );
+    await owner`truncate idempotency_keys`;
+
+    // Cleanup alone, then under keyed load (with the same table state without it first).
+    const sync = createSyncModule({
+      db,
+      clock: systemClock,
+      metrics: new InMemoryMetrics(),
+      cleanupBatchSize: config.sync.idempotency_cleanup_batch_size,
+      cleanupIntervalMs: config.sync.idempotency_cleanup_interval,
+    });
+    await seedKeys(owner, principalId, SEEDED_KEYS, true);
+    let started = performance.now();
+    const alone = await sync.cleanup();
+    const aloneRowsPerSecond = alone.deleted / ((performance.now() - started) / 1000);
+    log(`cleanup alone: ${String(alone.deleted)} rows, ${aloneRowsPerSecond.toFixed(0)} rows/s`);
+    await owner`truncate idempotency_keys`;
+    await seedKeys(owner, principalId, SEEDED_KEYS, true);
+    scenarios.push(
+      await run(
+        'cleanup_without',
+        `keyed, ${String(SEEDED_KEYS / 1e6)}M expired keys, no cleanup`,
+        keyed,
+        ours,
+        serverPid,
+      ),
+    );
+    let underLoad = { deleted: 0, seconds: 0 };
+    scenarios.push(
+      await run('cleanup_during', 'keyed, cleanup running', keyed, ours, serverPid, async () => {
+        started = performance.now();
+        const report = await sync.cleanup();
+        underLoad = { deleted: report.deleted, seconds: (performance.now() - started) / 1000 };
+      }),
+    );
+    log(
+      `cleanup under load: ${String(underLoad.deleted)} rows in ${underLoad.seconds.toFixed(1)} s`,
+    );
+    await stopServer(ours);
+    servers.splice(servers.indexOf(ours), 1);
+
+    // The peer library in place of ours.
+    const peer = await startServer('test/bench/peer-server.ts', [], env);
+    servers.push(peer);
+    scenarios.push(
+      await run('peer', 'peer library, keyed, in memory', keyed, peer, peer.child.pid!),
+    );
+
+    const figures: BenchFigures = {
+      scenarios,
+      bursts: {
+        count: BURSTS,
+        size: BURST_SIZE,
+        medianMs: burstMs[Math.floor(burstMs.length / 2)]!,
+        maxMs: burstMs[burstMs.length - 1]!,
+        effectsPerBurst,
+        answers,
+      },
+      cleanup: {
+        rows: SEEDED_KEYS,
+        aloneRowsPerSecond,
+        underLoadRowsPerSecond: underLoad.deleted / Math.max(underLoad.seconds, 1e-9),
+      },
+    };
+    const machine = {
+      cpus: os.cpus().length,
+      cpuModel: os.cpus()[0]?.model ?? 'unknown',
+      memoryGiB: Math.round(os.totalmem() / 2 ** 30),
+      node: process.version,
+      postgres: settings.find((s) => s.name === 'server_version')?.setting ?? 'unknown',
+      settings: Object.fromEntries(settings.map((s) => [s.name, s.setting])),
+    };
+    const at = new Date().toISOString();
+    const options = {
+      seconds: SECONDS,
+      warmup: WARMUP,
+      connections: CONNECTIONS,
+      seededKeys: SEEDED_KEYS,
+      poolMax: config.database.pool_max,
+      cleanupBatchSize: config.sync.idempotency_cleanup_batch_size,
+    };
+    const results = { at, machine, options, figures, targets: judgeTargets(figures) };
+    const caption = `${machine.cpuModel}, ${String(machine.cpus)} cores, Node ${machine.node}, PostgreSQL ${machine.postgres} durable; ${at.slice(0, 10)}`;
+    const dir = path.join(projectRoot(), '.bench-results');
+    await fs.mkdir(dir, { recursive: true });
+    const json = `${JSON.stringify(results, null, 2)}\n`;
+    const svg = renderChart(figures, caption);
+    await fs.writeFile(path.join(dir, `${at.replace(/[:.]/g, '-')}.json`), json);
+    await fs.writeFile(path.join(dir, 'latest.json'), json);
+    await fs.writeFile(path.join(dir, 'chart.svg'), svg);
+    if (args.publish) {
+      const docs = path.join(projectRoot(), 'docs', 'performance');
+      await fs.mkdir(docs, { recursive: true });
+      await fs.writeFile(path.join(docs, 'results.json'), json);
+      await fs.writeFile(path.join(docs, 'chart.svg'), svg);
+    }
+    process.stdout.write(`\n${caption}\n\n${formatReport(figures)}`);
+    log(`results in ${dir}`);
+    await owner.end();
+    await appSql.end();
+  } finally {
+    for (const s of servers) await stopServer(s).catch(() => undefined);
+    await target.close();
+    await fs.rm(rootDir, { recursive: true, force: true });
+  }
+}
+
+await main();
