@@ -222,3 +222,114 @@ void t.test(
     t.equal(Number(row?.n), 0, 'nothing committed');
   },
 );
+
+void t.test(
+  'a statement sent with the commit commits with the transaction when it succeeds',
+  async (t) => {
+    const { db, uow, count } = await setup(t);
+    const value = await uow.run(async () => {
+      await db.sql()`insert into probe values (1, 'body')`;
+      db.sendWithCommit('the test tail', (tx) => tx`insert into probe values (2, 'tail')`);
+      return 'done';
+    });
+    t.equal(value, 'done');
+    t.equal(await count(), 2, 'both rows committed');
+  },
+);
+
+void t.test(
+  'a failing statement sent with the commit turns the COMMIT into a rollback and the run rejects',
+  async (t) => {
+    const { db, uow, count } = await setup(t);
+    let calls = 0;
+    await t.rejects(
+      uow.run(async () => {
+        calls++;
+        await db.sql()`insert into probe values (1, 'body')`;
+        // A unique violation, found by PostgreSQL only after fn has returned.
+        db.sendWithCommit('the test tail', (tx) => tx`insert into probe values (1, 'clash')`);
+        return 'done';
+      }),
+      { code: '23505' },
+    );
+    t.equal(calls, 1, 'not retried: 23505 is not retryable');
+    t.equal(await count(), 0, 'nothing committed, not even the body of the transaction');
+  },
+);
+
+void t.test(
+  'a retryable failure of a statement sent with the commit retries the run',
+  async (t) => {
+    const { tdb, db, uow, count } = await setup(t);
+    // A sequence is not transactional: it counts calls across rolled-back attempts.
+    await tdb.owner`create sequence tail_calls`;
+    await tdb.owner`
+    create function tail_fails_once() returns int language plpgsql as $$
+    begin
+      if nextval('tail_calls') = 1 then
+        raise exception 'injected serialization failure' using errcode = '40001';
+      end if;
+      return 1;
+    end $$`;
+    await tdb.owner.unsafe(`grant usage on sequence tail_calls to ${tdb.state.app.name}`);
+    const attempts: number[] = [];
+    await uow.run(async () => {
+      attempts.push(db.attempt());
+      await db.sql()`insert into probe values (1, 'once')`;
+      db.sendWithCommit('the test tail', (tx) => tx`select tail_fails_once()`);
+    });
+    t.same(attempts, [1, 2], 'the whole function ran again');
+    t.equal(await count(), 1, 'exactly one effect');
+  },
+);
+
+void t.test(
+  'a function that throws after sending a statement with the commit rejects with its own error',
+  async (t) => {
+    const { db, uow, count } = await setup(t);
+    const unhandled: unknown[] = [];
+    const onUnhandled = (err: unknown): void => {
+      unhandled.push(err);
+    };
+    process.on('unhandledRejection', onUnhandled);
+    t.teardown(() => process.off('unhandledRejection', onUnhandled));
+    await t.rejects(
+      uow.run(async () => {
+        db.sendWithCommit('the test tail', (tx) => tx`insert into probe values (1, 'tail')`);
+        await db.sql()`select 1`;
+        throw new Error('after the tail');
+      }),
+      /after the tail/,
+    );
+    await new Promise((r) => setTimeout(r, 50));
+    t.same(unhandled, [], 'no unhandled rejection');
+    t.equal(await count(), 0);
+  },
+);
+
+void t.test(
+  'a statement sent with the commit from a savepoint joins the transaction',
+  async (t) => {
+    const { db, uow, count } = await setup(t);
+    await uow.run(async () => {
+      await uow.run(
+        async () => {
+          await db.sql()`insert into probe values (1, 'inner')`;
+          db.sendWithCommit('the test tail', (tx) => tx`insert into probe values (2, 'tail')`);
+        },
+        { nested: true },
+      );
+    });
+    t.equal(await count(), 2);
+  },
+);
+
+void t.test('sending a statement with the commit outside a unit of work is refused', (t) => {
+  const db = new PgDatabase(
+    createSql('postgres://u:p@127.0.0.1:1/none', { max: 1, applicationName: 'x' }),
+  );
+  t.throws(() => {
+    db.sendWithCommit('the test tail', (tx) => tx`select 1`);
+  }, TransactionRequiredError);
+  t.end();
+});

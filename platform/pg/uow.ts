@@ -26,6 +26,11 @@ interface Frame {
    * so later queries fail at once instead of going to a dead connection.
    */
   readonly life: { ended: unknown };
+  /**
+   * Shared by the transaction and its savepoints: statements sent with the
+   * COMMIT ({@link PgDatabase.sendWithCommit}), settled, awaited after it.
+   */
+  readonly tails: Promise<Settled<unknown>>[];
 }
 
 /**
@@ -212,6 +217,27 @@ export class PgDatabase {
     return this.pool;
   }
 
+  /**
+   * Sends a statement of the ambient transaction without waiting for it:
+   * postgres.js pipelines it with the COMMIT that follows, saving a round
+   * trip. PostgreSQL runs them in order, so when the statement fails the
+   * transaction is aborted and its COMMIT becomes a rollback; the unit of
+   * work then rejects with the statement's error (retrying a retryable one)
+   * as if the transaction had failed before COMMIT. For the last write of a
+   * transaction whose result nothing depends on; a statement that must
+   * report "nothing happened" has to raise an error itself.
+   *
+   * @param what the operation, for the error message.
+   * @param build makes the statement on the transaction.
+   * @throws TransactionRequiredError outside a unit of work.
+   */
+  sendWithCommit(what: string, build: (tx: TransactionSql) => PromiseLike<unknown>): void {
+    const frame = this.storage.getStore();
+    if (!frame) throw new TransactionRequiredError(what);
+    if (frame.life.ended !== undefined) throw new TransactionEndedError(frame.life.ended);
+    frame.tails.push(settle(build(watched(frame))));
+  }
+
   /** The attempt number of the ambient unit of work (1 for the first run), or 0 outside one. */
   attempt(): number {
     return this.storage.getStore()?.attempt ?? 0;
@@ -252,7 +278,10 @@ export class PgUnitOfWork implements UnitOfWork {
       if (outer.life.ended !== undefined) throw new TransactionEndedError(outer.life.ended);
       return (await outer.tx.savepoint(async (sp) => {
         const outcome = await settle(
-          this.db.storage.run({ tx: sp, attempt: outer.attempt, life: outer.life }, fn),
+          this.db.storage.run(
+            { tx: sp, attempt: outer.attempt, life: outer.life, tails: outer.tails },
+            fn,
+          ),
         );
         // The transaction died while fn ran: settling now would make
         // postgres.js send ROLLBACK TO on the dead connection (see abandon()).
@@ -264,10 +293,11 @@ export class PgUnitOfWork implements UnitOfWork {
     const pool = this.db.poolOutsideTransaction('opening a unit of work');
     for (let attempt = 1; ; attempt++) {
       const life: { ended: unknown } = { ended: undefined };
+      const tails: Promise<Settled<unknown>>[] = [];
       // An object, not a let: it is set inside the callback's closure.
       const progress = { fnSettled: true };
       try {
-        return (await pool.begin('isolation level read committed', async (tx) => {
+        const value = (await pool.begin('isolation level read committed', async (tx) => {
           // Sent without waiting: postgres.js pipelines it ahead of fn's first
           // statement on the same connection, saving a round trip.
           const configured = tx`
@@ -275,7 +305,7 @@ export class PgUnitOfWork implements UnitOfWork {
                    set_config('statement_timeout', ${this.settings[1]}, true),
                    set_config('transaction_timeout', ${this.settings[2]}, true)`.execute();
           progress.fnSettled = false;
-          const outcome = await settle(this.db.storage.run({ tx, attempt, life }, fn));
+          const outcome = await settle(this.db.storage.run({ tx, attempt, life, tails }, fn));
           progress.fnSettled = true;
           // Never leave the settings promise unobserved, whatever fn did.
           const settings = await settle(configured);
@@ -286,6 +316,10 @@ export class PgUnitOfWork implements UnitOfWork {
           if (fault !== undefined) await raiseSqlState(tx, fault);
           return outcome.value;
         })) as T;
+        // Sent ahead of the COMMIT: one that failed aborted the transaction,
+        // and PostgreSQL answered the COMMIT with a rollback.
+        for (const tail of await Promise.all(tails)) if (!tail.ok) throw tail.error;
+        return value;
       } catch (err) {
         // postgres.js settles begin() as soon as the connection closes, even
         // while fn still runs: mark the transaction ended so fn's next query

@@ -129,14 +129,13 @@ export function table(header: readonly string[], rows: readonly (readonly string
 }
 
 /**
- * The report printed on stdout: the scenarios, the bursts, the cleanup and
- * the targets.
+ * The scenarios as a table: throughput, latency, answers and CPU per request.
  *
  * @param figures the run.
  * @returns the text.
  */
-export function formatReport(figures: BenchFigures): string {
-  const scenarios = table(
+export function formatScenarios(figures: BenchFigures): string {
+  return table(
     [
       'scenario',
       'req/s',
@@ -160,6 +159,17 @@ export function formatReport(figures: BenchFigures): string {
       fixed(s.pgCpuUs, 0),
     ]),
   );
+}
+
+/**
+ * The report printed on stdout: the scenarios, the bursts, the cleanup and
+ * the targets.
+ *
+ * @param figures the run.
+ * @returns the text.
+ */
+export function formatReport(figures: BenchFigures): string {
+  const scenarios = formatScenarios(figures);
   const b = figures.bursts;
   const bursts = `bursts: ${String(b.count)} x ${String(b.size)} identical keyed transfers, all answered in median ${fixed(b.medianMs, 1)} ms, max ${fixed(b.maxMs, 1)} ms; effects per burst: ${[...new Set(b.effectsPerBurst)].join(', ')}; answers: ${Object.entries(
     b.answers,

@@ -16,7 +16,9 @@
  * `.bench-results/chart.svg`; with `--publish` also copies both to
  * docs/performance/. Options: `--seconds N` (measured window, default 15),
  * `--warmup N` (default 5), `--connections N` (default 16), `--keys N`
- * (seeded keys, default 1000000), `--bursts N` (default 50).
+ * (seeded keys, default 1000000), `--bursts N` (default 50), `--only
+ * unkeyed,keyed` (run only these load scenarios; no targets are judged),
+ * `--cpu-prof` (the servers write V8 CPU profiles to .bench-results/profiles).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
@@ -39,13 +41,14 @@ import { burst, measure, type LoadFigures, type LoadRequest } from './load.js';
 import { postmasterPid } from './proc.js';
 import {
   formatReport,
+  formatScenarios,
   judgeTargets,
   renderChart,
   type BenchFigures,
   type ScenarioFigures,
 } from './report.js';
 
-const { values: args } = parseArgs({
+const { values: cli } = parseArgs({
   options: {
     seconds: { type: 'string', default: '15' },
     warmup: { type: 'string', default: '5' },
@@ -53,6 +56,8 @@ const { values: args } = parseArgs({
     keys: { type: 'string', default: '1000000' },
     bursts: { type: 'string', default: '50' },
     publish: { type: 'boolean', default: false },
+    only: { type: 'string', default: '' },
+    'cpu-prof': { type: 'boolean', default: false },
   },
 });
 
@@ -64,11 +69,13 @@ function positive(name: string, text: string): number {
   return n;
 }
 
-const SECONDS = positive('seconds', args.seconds);
-const WARMUP = positive('warmup', args.warmup);
-const CONNECTIONS = positive('connections', args.connections);
-const SEEDED_KEYS = positive('keys', args.keys);
-const BURSTS = positive('bursts', args.bursts);
+const SECONDS = positive('seconds', cli.seconds);
+const WARMUP = positive('warmup', cli.warmup);
+const CONNECTIONS = positive('connections', cli.connections);
+const SEEDED_KEYS = positive('keys', cli.keys);
+const BURSTS = positive('bursts', cli.bursts);
+const ONLY = new Set(cli.only.split(',').filter((x) => x !== ''));
+const wanted = (id: string): boolean => ONLY.size === 0 || ONLY.has(id);
 const BURST_SIZE = 64;
 const ACCOUNTS = 256;
 const OPENING = 1_000_000_000_000;
@@ -86,7 +93,10 @@ interface Server {
 
 async function startServer(script: string, args: string[], env: Record<string, string>) {
   const port = await freePort();
-  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+  const profile = cli['cpu-prof']
+    ? ['--cpu-prof', `--cpu-prof-dir=${path.join(projectRoot(), '.bench-results', 'profiles')}`]
+    : [];
+  const child = spawn(process.execPath, [...profile, '--import', 'tsx', script, ...args], {
     cwd: projectRoot(),
     env: {
       PATH: process.env['PATH'] ?? '/usr/bin:/bin',
@@ -258,12 +268,16 @@ async function main(): Promise<void> {
     };
 
     const scenarios: ScenarioFigures[] = [];
-    scenarios.push(await run('unkeyed', 'unkeyed (baseline)', unkeyed, ours, serverPid));
-    scenarios.push(await run('keyed', 'keyed, fresh key', keyed, ours, serverPid));
+    if (wanted('unkeyed')) {
+      scenarios.push(await run('unkeyed', 'unkeyed (baseline)', unkeyed, ours, serverPid));
+    }
+    if (wanted('keyed')) {
+      scenarios.push(await run('keyed', 'keyed, fresh key', keyed, ours, serverPid));
+    }
 
     // Replays: completed keys made through the API, then replayed at random.
     const replayable: LoadRequest[] = [];
-    for (let i = 0; i < REPLAY_KEYS; i += CONNECTIONS) {
+    for (let i = 0; wanted('replay') && i < REPLAY_KEYS; i += CONNECTIONS) {
       const made = await Promise.all(
         Array.from({ length: CONNECTIONS }, async () => {
           const r = keyed();
@@ -279,16 +293,18 @@ async function main(): Promise<void> {
       );
       replayable.push(...made);
     }
-    scenarios.push(
-      await run('replay', 'replay of a completed key', () => pick(replayable), ours, serverPid),
-    );
+    if (wanted('replay')) {
+      scenarios.push(
+        await run('replay', 'replay of a completed key', () => pick(replayable), ours, serverPid),
+      );
+    }
 
     // Bursts of identical requests over their own sockets.
     const agent = new http.Agent({ keepAlive: true, maxSockets: BURST_SIZE });
     const burstMs: number[] = [];
     const effectsPerBurst: number[] = [];
     const answers: Record<string, number> = {};
-    for (let b = 0; b < BURSTS; b++) {
+    for (let b = 0; wanted('bursts') && b < BURSTS; b++) {
       const request = keyed();
       const key = request.headers['idempotency-key']!;
       const before = await owner<{ n: string }[]>`select count(*) as n from ledger_transfers`;
@@ -312,20 +328,21 @@ async function main(): Promise<void> {
     }
     agent.destroy();
     burstMs.sort((a, b) => a - b);
-    log(`bursts: median ${burstMs[Math.floor(burstMs.length / 2)]!.toFixed(1)} ms`);
 
     // 1M live keys stored.
-    await seedKeys(owner, principalId, SEEDED_KEYS, false);
-    scenarios.push(
-      await run(
-        'keyed_1m',
-        `keyed, ${String(SEEDED_KEYS / 1e6)}M keys stored`,
-        keyed,
-        ours,
-        serverPid,
-      ),
-    );
-    await owner`truncate idempotency_keys`;
+    if (wanted('keyed_1m')) {
+      await seedKeys(owner, principalId, SEEDED_KEYS, false);
+      scenarios.push(
+        await run(
+          'keyed_1m',
+          `keyed, ${String(SEEDED_KEYS / 1e6)}M keys stored`,
+          keyed,
+          ours,
+          serverPid,
+        ),
+      );
+      await owner`truncate idempotency_keys`;
+    }
 
     // Cleanup alone, then under keyed load (with the same table state without it first).
     const sync = createSyncModule({
@@ -335,50 +352,55 @@ async function main(): Promise<void> {
       cleanupBatchSize: config.sync.idempotency_cleanup_batch_size,
       cleanupIntervalMs: config.sync.idempotency_cleanup_interval,
     });
-    await seedKeys(owner, principalId, SEEDED_KEYS, true);
-    let started = performance.now();
-    const alone = await sync.cleanup();
-    const aloneRowsPerSecond = alone.deleted / ((performance.now() - started) / 1000);
-    log(`cleanup alone: ${String(alone.deleted)} rows, ${aloneRowsPerSecond.toFixed(0)} rows/s`);
-    await owner`truncate idempotency_keys`;
-    await seedKeys(owner, principalId, SEEDED_KEYS, true);
-    scenarios.push(
-      await run(
-        'cleanup_without',
-        `keyed, ${String(SEEDED_KEYS / 1e6)}M expired keys, no cleanup`,
-        keyed,
-        ours,
-        serverPid,
-      ),
-    );
+    let aloneRowsPerSecond = NaN;
     let underLoad = { deleted: 0, seconds: 0 };
-    scenarios.push(
-      await run('cleanup_during', 'keyed, cleanup running', keyed, ours, serverPid, async () => {
-        started = performance.now();
-        const report = await sync.cleanup();
-        underLoad = { deleted: report.deleted, seconds: (performance.now() - started) / 1000 };
-      }),
-    );
-    log(
-      `cleanup under load: ${String(underLoad.deleted)} rows in ${underLoad.seconds.toFixed(1)} s`,
-    );
+    if (wanted('cleanup')) {
+      await seedKeys(owner, principalId, SEEDED_KEYS, true);
+      const started = performance.now();
+      const alone = await sync.cleanup();
+      aloneRowsPerSecond = alone.deleted / ((performance.now() - started) / 1000);
+      log(`cleanup alone: ${String(alone.deleted)} rows, ${aloneRowsPerSecond.toFixed(0)} rows/s`);
+      await owner`truncate idempotency_keys`;
+      await seedKeys(owner, principalId, SEEDED_KEYS, true);
+      scenarios.push(
+        await run(
+          'cleanup_without',
+          `keyed, ${String(SEEDED_KEYS / 1e6)}M expired keys, no cleanup`,
+          keyed,
+          ours,
+          serverPid,
+        ),
+      );
+      scenarios.push(
+        await run('cleanup_during', 'keyed, cleanup running', keyed, ours, serverPid, async () => {
+          const at = performance.now();
+          const report = await sync.cleanup();
+          underLoad = { deleted: report.deleted, seconds: (performance.now() - at) / 1000 };
+        }),
+      );
+      log(
+        `cleanup under load: ${String(underLoad.deleted)} rows in ${underLoad.seconds.toFixed(1)} s`,
+      );
+    }
     await stopServer(ours);
     servers.splice(servers.indexOf(ours), 1);
 
     // The peer library in place of ours.
-    const peer = await startServer('test/bench/peer-server.ts', [], env);
-    servers.push(peer);
-    scenarios.push(
-      await run('peer', 'peer library, keyed, in memory', keyed, peer, peer.child.pid!),
-    );
+    if (wanted('peer')) {
+      const peer = await startServer('test/bench/peer-server.ts', [], env);
+      servers.push(peer);
+      scenarios.push(
+        await run('peer', 'peer library, keyed, in memory', keyed, peer, peer.child.pid!),
+      );
+    }
 
     const figures: BenchFigures = {
       scenarios,
       bursts: {
         count: BURSTS,
         size: BURST_SIZE,
-        medianMs: burstMs[Math.floor(burstMs.length / 2)]!,
-        maxMs: burstMs[burstMs.length - 1]!,
+        medianMs: burstMs[Math.floor(burstMs.length / 2)] ?? NaN,
+        maxMs: burstMs[burstMs.length - 1] ?? NaN,
         effectsPerBurst,
         answers,
       },
@@ -405,7 +427,14 @@ async function main(): Promise<void> {
       poolMax: config.database.pool_max,
       cleanupBatchSize: config.sync.idempotency_cleanup_batch_size,
     };
-    const results = { at, machine, options, figures, targets: judgeTargets(figures) };
+    const complete = ONLY.size === 0;
+    const results = {
+      at,
+      machine,
+      options,
+      figures,
+      ...(complete ? { targets: judgeTargets(figures) } : {}),
+    };
     const caption = `${machine.cpuModel}, ${String(machine.cpus)} cores, Node ${machine.node}, PostgreSQL ${machine.postgres} durable; ${at.slice(0, 10)}`;
     const dir = path.join(projectRoot(), '.bench-results');
     await fs.mkdir(dir, { recursive: true });
@@ -414,13 +443,15 @@ async function main(): Promise<void> {
     await fs.writeFile(path.join(dir, `${at.replace(/[:.]/g, '-')}.json`), json);
     await fs.writeFile(path.join(dir, 'latest.json'), json);
     await fs.writeFile(path.join(dir, 'chart.svg'), svg);
-    if (args.publish) {
+    if (cli.publish) {
       const docs = path.join(projectRoot(), 'docs', 'performance');
       await fs.mkdir(docs, { recursive: true });
       await fs.writeFile(path.join(docs, 'results.json'), json);
       await fs.writeFile(path.join(docs, 'chart.svg'), svg);
     }
-    process.stdout.write(`\n${caption}\n\n${formatReport(figures)}`);
+    process.stdout.write(
+      `\n${caption}\n\n${complete ? formatReport(figures) : `${formatScenarios(figures)}\n`}`,
+    );
     log(`results in ${dir}`);
     await owner.end();
     await appSql.end();

@@ -58,15 +58,21 @@ export class PgIdempotencyStore implements IdempotencyStore {
   async begin(req: IdempotencyRequest): Promise<IdempotencyEntry | null> {
     const tx = this.db.tx('taking an idempotency key');
     const expiresAt = new Date(req.now.getTime() + req.ttlMs);
+    // A fresh key, the common case, costs one statement: the insert. Only
+    // when it finds a row does begin look at it, and an expired row is
+    // deleted before the insert is tried again.
+    let purge = false;
     for (let round = 0; round < MAX_BEGIN_ROUNDS; round++) {
       try {
-        // Both statements are sent at once (postgres.js pipelines them on the
-        // transaction's connection): an expired row is deleted, then the key
-        // is inserted. A concurrent uncommitted insert of the same key makes
+        // Sent at once (postgres.js pipelines them on the transaction's
+        // connection). A concurrent uncommitted insert of the same key makes
         // the insert wait at the primary key until that transaction ends.
-        const purge = tx`
-          delete from idempotency_keys
-           where principal_id = ${req.principalId} and key = ${req.key} and expires_at <= ${req.now}`.execute();
+        const purged = purge
+          ? tx`
+              delete from idempotency_keys
+               where principal_id = ${req.principalId} and key = ${req.key}
+                 and expires_at <= ${req.now}`.execute()
+          : undefined;
         const inserted = tx<{ taken: number }[]>`
           insert into idempotency_keys
                  (principal_id, key, action, request_sha256, state, created_at, expires_at)
@@ -74,7 +80,7 @@ export class PgIdempotencyStore implements IdempotencyStore {
                   ${req.now}, ${expiresAt})
           on conflict (principal_id, key) do nothing
           returning 1 as taken`.execute();
-        await purge;
+        await purged;
         if ((await inserted).length > 0) return null;
       } catch (err) {
         if ((err as { code?: string }).code === '55P03') {
@@ -88,29 +94,42 @@ export class PgIdempotencyStore implements IdempotencyStore {
           from idempotency_keys
          where principal_id = ${req.principalId} and key = ${req.key}`;
       const row = rows[0];
-      // Gone (cleaned up) or expired since the insert looked: begin again.
-      if (row === undefined || row.expires_at.getTime() <= req.now.getTime()) continue;
-      return toEntry(row);
+      if (row !== undefined && row.expires_at.getTime() > req.now.getTime()) return toEntry(row);
+      // Expired (delete it and insert again) or gone since the insert looked
+      // (cleaned up meanwhile: insert again).
+      purge = row !== undefined;
     }
     throw new Error(
       `could not take idempotency key ${req.key} after ${String(MAX_BEGIN_ROUNDS)} rounds`,
     );
   }
 
-  /** @inheritdoc */
-  async complete(req: IdempotencyRequest, res: StoredResponse): Promise<void> {
-    const tx = this.db.tx('storing an idempotent answer');
-    const body =
-      res.body === null || res.body === undefined
-        ? null
-        : tx.json(res.body as Parameters<typeof tx.json>[0]);
-    const updated = await tx`
-      update idempotency_keys
-         set state = 'completed', response_status = ${res.status}, response_body = ${body},
-             resource_id = ${res.resourceId}
-       where principal_id = ${req.principalId} and key = ${req.key} and state = 'in_progress'`;
-    if (updated.count !== 1) {
-      throw new Error(`idempotency key ${req.key} was not in progress in this transaction`);
-    }
+  /**
+   * @inheritdoc
+   *
+   * The update is sent with the COMMIT (one round trip for both): if it
+   * finds no key in progress, it raises an error, PostgreSQL rolls the whole
+   * transaction back, and the unit of work rejects.
+   */
+  complete(req: IdempotencyRequest, res: StoredResponse): Promise<void> {
+    this.db.sendWithCommit('storing an idempotent answer', (tx) => {
+      const body =
+        res.body === null || res.body === undefined
+          ? null
+          : tx.json(res.body as Parameters<typeof tx.json>[0]);
+      // The error's text is built from the row count, so the planner cannot
+      // fold it into a constant and raise it when nothing is wrong.
+      return tx`
+        with done as (
+          update idempotency_keys
+             set state = 'completed', response_status = ${res.status}, response_body = ${body},
+                 resource_id = ${res.resourceId}
+           where principal_id = ${req.principalId} and key = ${req.key} and state = 'in_progress'
+          returning 1)
+        select case when n = 1 then n
+                    else (n::text || ' idempotency keys completed instead of 1')::int end as ok
+          from (select count(*)::int as n from done) as c`.execute();
+    });
+    return Promise.resolve();
   }
 }

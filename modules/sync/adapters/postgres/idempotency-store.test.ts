@@ -1,0 +1,122 @@
+/**
+ * The PostgreSQL idempotency store on its own, against a real database:
+ * taking a key and completing it in the request's transaction, the cheap
+ * path a fresh key takes, the expired row a new request replaces, and a
+ * completion that finds no key in progress failing the whole transaction.
+ */
+import t, { type Test } from 'tap';
+import { newId, type Id } from '../../../../kernel/ids/index.js';
+import type { IdempotencyRequest } from '../../../../kernel/idempotency/index.js';
+import { createSql } from '../../../../platform/pg/client.js';
+import { PgDatabase, PgUnitOfWork } from '../../../../platform/pg/uow.js';
+import { testDatabase } from '../../../../test/harness/db.js';
+import { PgIdempotencyStore } from './idempotency-store.js';
+
+const NOW = new Date('2026-06-01T10:00:00Z');
+const TTL = 3_600_000;
+
+async function setup(t: Test) {
+  const tdb = await testDatabase(t);
+  const principalId = newId();
+  await tdb.owner`
+    insert into principals (id, kind, display_name) values (${principalId}, 'user', 'Store tester')`;
+  await tdb.owner`create table effects (id int primary key)`;
+  await tdb.owner.unsafe(`grant select, insert on effects to ${tdb.state.app.name}`);
+  const pool = createSql(tdb.appUrl, { max: 2, applicationName: 'store-test' });
+  t.teardown(() => pool.end({ timeout: 1 }));
+  const db = new PgDatabase(pool);
+  const uow = new PgUnitOfWork(db, {
+    lockTimeoutMs: 2_000,
+    statementTimeoutMs: 10_000,
+    transactionTimeoutMs: 20_000,
+    retryMax: 0,
+  });
+  const store = new PgIdempotencyStore(db);
+  const request = (key: Id, now = NOW): IdempotencyRequest => ({
+    principalId: principalId,
+    key,
+    action: 'createThing',
+    sha256: new Uint8Array(32).fill(7),
+    now,
+    ttlMs: TTL,
+  });
+  const rows = () =>
+    tdb.owner<
+      { key: string; state: string; response_status: number | null; expires_at: Date }[]
+    >`select key, state, response_status, expires_at from idempotency_keys order by created_at`;
+  const effects = async () =>
+    Number((await tdb.owner<{ n: string }[]>`select count(*) as n from effects`)[0]?.n);
+  return { tdb, db, uow, store, request, rows, effects, principalId };
+}
+
+void t.test('a fresh key is taken and completed with the effect in one transaction', async (t) => {
+  const { db, uow, store, request, rows, effects } = await setup(t);
+  const key = newId();
+  await uow.run(async () => {
+    t.equal(await store.begin(request(key)), null, 'a fresh key is taken');
+    await db.tx('effect')`insert into effects values (1)`;
+    await store.complete(request(key), { status: 201, body: { id: 1 }, resourceId: null });
+  });
+  const [row] = await rows();
+  t.equal(row?.key, key);
+  t.equal(row?.state, 'completed');
+  t.equal(row?.response_status, 201);
+  t.equal(row?.expires_at.getTime(), NOW.getTime() + TTL);
+  t.equal(await effects(), 1);
+  const found = await store.find(request(key).principalId, key, NOW);
+  t.equal(found?.status, 201);
+  t.same(found?.body, { id: 1 });
+});
+
+void t.test('begin on a completed key returns the stored entry and takes nothing', async (t) => {
+  const { uow, store, request } = await setup(t);
+  const key = newId();
+  await uow.run(async () => {
+    await store.begin(request(key));
+    await store.complete(request(key), { status: 200, body: { ok: true }, resourceId: null });
+  });
+  const entry = await uow.run(() => store.begin(request(key)));
+  t.equal(entry?.completed, true);
+  t.equal(entry?.status, 200);
+  t.same(entry?.body, { ok: true });
+});
+
+void t.test('an expired row is replaced by the new request, which takes the key', async (t) => {
+  const { uow, store, request, rows } = await setup(t);
+  const key = newId();
+  await uow.run(async () => {
+    await store.begin(request(key));
+    await store.complete(request(key), { status: 200, body: { old: true }, resourceId: null });
+  });
+  const later = new Date(NOW.getTime() + TTL + 1);
+  t.equal(await store.find(request(key).principalId, key, later), null, 'expired: no replay');
+  await uow.run(async () => {
+    t.equal(await store.begin(request(key, later)), null, 'the key is taken afresh');
+    await store.complete(request(key, later), {
+      status: 201,
+      body: { new: true },
+      resourceId: null,
+    });
+  });
+  const all = await rows();
+  t.equal(all.length, 1, 'one row for the key');
+  t.equal(all[0]?.response_status, 201);
+  t.equal(all[0]?.expires_at.getTime(), later.getTime() + TTL);
+});
+
+void t.test(
+  'completing a key that is not in progress in the transaction fails it: nothing commits',
+  async (t) => {
+    const { db, uow, store, request, rows, effects } = await setup(t);
+    await t.rejects(
+      uow.run(async () => {
+        await db.tx('effect')`insert into effects values (1)`;
+        // No begin: the key is not in progress.
+        await store.complete(request(newId()), { status: 201, body: null, resourceId: null });
+      }),
+      /0 idempotency keys completed instead of 1/,
+    );
+    t.same(await rows(), []);
+    t.equal(await effects(), 0, 'the effect was rolled back with it');
+  },
+);
