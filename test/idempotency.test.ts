@@ -220,6 +220,31 @@ void t.test('an expired key behaves as absent and begin replaces the expired row
 });
 
 void t.test(
+  'a final 409 under a key whose expired row is replaced is stored, and its effect rolled back',
+  async (t) => {
+    const k = await startTestApp(t);
+    const key = newId();
+    t.equal((await send(k, k.alice, { label: 'before' }, { key })).statusCode, 201);
+    k.clock.advance(24 * 3600 * 1000);
+    const first = await send(k, k.alice, { label: 'clash', outcome: 'conflict' }, { key });
+    t.equal(first.statusCode, 409);
+    const rows = await k.keys();
+    t.equal(rows.length, 1);
+    t.equal(rows[0]?.['state'], 'completed', 'the final answer was stored');
+    t.equal(rows[0]?.['response_status'], 409);
+    t.same(
+      (await k.effects()).map((e) => e.label),
+      ['before'],
+      'the 409 attempt left no effect',
+    );
+    const again = await send(k, k.alice, { label: 'clash', outcome: 'conflict' }, { key });
+    t.equal(again.statusCode, 409);
+    t.equal(again.headers['idempotent-replay'], 'true');
+    t.equal(again.body, first.body, 'replayed byte for byte');
+  },
+);
+
+void t.test(
   'invalid key, two keys, query string, missing required key: 400 and nothing stored',
   async (t) => {
     const k = await startTestApp(t);

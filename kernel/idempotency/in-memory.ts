@@ -28,7 +28,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   private readonly rows = new Map<string, Row>();
   private waitingNow = 0;
 
-  /** How many `begin` calls are waiting behind another open transaction right now. */
+  /** How many `take` and `begin` calls are waiting behind another open transaction right now. */
   waiting(): number {
     return this.waitingNow;
   }
@@ -70,37 +70,74 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     return Promise.resolve(entry(row));
   }
 
+  /**
+   * Waits, like PostgreSQL at the primary key, while another open
+   * transaction holds the row of `id`.
+   *
+   * @returns the row once no other open transaction holds it, or undefined.
+   * @throws RequestInProgressError after the lock timeout.
+   */
+  private async settled(id: string, tx: InMemoryTransaction): Promise<Row | undefined> {
+    for (;;) {
+      const row = this.rows.get(id);
+      if (!row || !row.writer.isOpen() || row.writer === tx) return row;
+      this.waitingNow++;
+      const ended = await Promise.race([
+        row.writer.ended.then(() => true),
+        sleep(this.lockTimeoutMs, false),
+      ]).finally(() => {
+        this.waitingNow--;
+      });
+      if (!ended) throw new RequestInProgressError();
+    }
+  }
+
+  private insert(id: string, req: IdempotencyRequest, tx: InMemoryTransaction): Row {
+    const fresh: Row = {
+      sha256: req.sha256,
+      completed: false,
+      response: null,
+      expiresAt: req.now.getTime() + req.ttlMs,
+      writer: tx,
+    };
+    this.rows.set(id, fresh);
+    return fresh;
+  }
+
+  /**
+   * @inheritdoc
+   *
+   * As in PostgreSQL, where the statement is sent before a savepoint the
+   * caller opens next, the write belongs to the transaction at the point of
+   * the call: its undo is registered before any wait.
+   */
+  take(req: IdempotencyRequest): Promise<boolean> {
+    const tx = this.uow.current('taking an idempotency key');
+    const id = `${req.principalId}/${req.key}`;
+    let inserted: Row | undefined;
+    tx.onRollback(() => {
+      if (inserted !== undefined && this.rows.get(id) === inserted) this.rows.delete(id);
+    });
+    return (async () => {
+      if ((await this.settled(id, tx)) !== undefined) return false;
+      inserted = this.insert(id, req, tx);
+      return true;
+    })();
+  }
+
   /** @inheritdoc */
   async begin(req: IdempotencyRequest): Promise<IdempotencyEntry | null> {
     const tx = this.uow.current('taking an idempotency key');
     const id = `${req.principalId}/${req.key}`;
     for (;;) {
-      const row = this.rows.get(id);
-      if (row && row.writer.isOpen() && row.writer !== tx) {
-        this.waitingNow++;
-        const ended = await Promise.race([
-          row.writer.ended.then(() => true),
-          sleep(this.lockTimeoutMs, false),
-        ]).finally(() => {
-          this.waitingNow--;
-        });
-        if (!ended) throw new RequestInProgressError();
-        continue;
-      }
+      const row = await this.settled(id, tx);
       if (row && row.expiresAt <= req.now.getTime()) {
         this.rows.delete(id);
         tx.onRollback(() => this.rows.set(id, row));
         continue;
       }
       if (row) return entry(row);
-      const fresh: Row = {
-        sha256: req.sha256,
-        completed: false,
-        response: null,
-        expiresAt: req.now.getTime() + req.ttlMs,
-        writer: tx,
-      };
-      this.rows.set(id, fresh);
+      const fresh = this.insert(id, req, tx);
       tx.onRollback(() => {
         if (this.rows.get(id) === fresh) this.rows.delete(id);
       });

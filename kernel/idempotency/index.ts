@@ -74,6 +74,22 @@ export interface IdempotencyStore {
    */
   find(principalId: Id, key: Id, now: Date): Promise<IdempotencyEntry | null>;
   /**
+   * The common case of taking a key, in one statement: inserts an
+   * in-progress row when no row exists for (principal, key). Like `begin` it
+   * waits for a concurrent uncommitted insert of the same key to end. Any
+   * existing row, even an expired one, is left alone: the caller then calls
+   * `begin`. An adapter sends its statement before returning the promise, so
+   * the caller's next statement (the savepoint of the handler's nested run)
+   * travels with it.
+   *
+   * @param req the request.
+   * @returns true when the key was taken (this request runs); false when a
+   *   row for the key exists.
+   * @throws RequestInProgressError when the wait ends with the lock timeout.
+   * @throws TransactionRequiredError outside a unit of work.
+   */
+  take(req: IdempotencyRequest): Promise<boolean>;
+  /**
    * Takes the key inside the caller's unit of work: deletes the row if it has
    * expired, then inserts an in-progress row. Waits, at the primary key, for a
    * concurrent uncommitted insert of the same key to end.

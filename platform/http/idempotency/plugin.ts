@@ -128,6 +128,12 @@ class Decided extends Error {
     super('key already decided');
   }
 }
+/** Thrown inside the handler's savepoint when `take` found a row: roll back to it, then `begin`. */
+class NotTaken extends Error {
+  constructor() {
+    super('a row exists for the key');
+  }
+}
 /** Thrown inside the attempt for an answer that is not stored: roll back, send it. */
 class NotStored extends Error {
   constructor(readonly captured: Captured) {
@@ -553,18 +559,16 @@ function idempotency(
             req.body = structuredClone(pristineBody);
             clearOneTimeSecret();
             const keyed: IdempotencyRequest = { ...request, now: clock.now() };
-            const started = performance.now();
-            let existing: IdempotencyEntry | null;
-            try {
-              existing = await store.begin(keyed);
-            } finally {
-              waits.observe({ route: route.operationId }, (performance.now() - started) / 1000);
-            }
-            if (existing) throw new Decided(existing);
-            let answer: Captured;
-            try {
-              answer = await uow.run(
+            // The handler runs in a savepoint, so a final answer other than
+            // 2xx rolls back its effects and keeps the key row. The key's
+            // insert is sent first and the savepoint goes with it in one
+            // round trip; when the insert finds a row (a duplicate, an
+            // expired key), the handler never starts: roll back to the
+            // savepoint, then begin does the full work outside it.
+            const handle = (first?: () => Promise<void>): Promise<Captured> =>
+              uow.run(
                 async () => {
+                  await first?.();
                   if (req.validationError) throw req.validationError;
                   const payload = await guarded_<unknown>(
                     reply,
@@ -578,9 +582,49 @@ function idempotency(
                 },
                 { nested: true },
               );
-            } catch (err) {
+            const asAnswer = (err: unknown): Captured => {
               if (isRetryable(err)) throw err;
-              answer = err instanceof NotStored ? err.captured : captureError(req, err);
+              return err instanceof NotStored ? err.captured : captureError(req, err);
+            };
+            const started = performance.now();
+            const waited = (): void => {
+              waits.observe({ route: route.operationId }, (performance.now() - started) / 1000);
+            };
+            const taking = store.take(keyed).then(
+              (taken) => ({ ok: true as const, taken }),
+              (error: unknown) => ({ ok: false as const, error }),
+            );
+            let answer: Captured;
+            try {
+              answer = await handle(async () => {
+                const took = await taking;
+                if (!took.ok || !took.taken) throw new NotTaken();
+                waited();
+              });
+            } catch (err) {
+              const took = await taking;
+              // The insert failed (in progress, connection lost): the
+              // transaction is aborted, and the savepoint with it.
+              if (!took.ok) {
+                waited();
+                throw took.error;
+              }
+              if (!(err instanceof NotTaken)) {
+                answer = asAnswer(err);
+              } else {
+                let existing: IdempotencyEntry | null;
+                try {
+                  existing = await store.begin(keyed);
+                } finally {
+                  waited();
+                }
+                if (existing) throw new Decided(existing);
+                try {
+                  answer = await handle();
+                } catch (err2) {
+                  answer = asAnswer(err2);
+                }
+              }
             }
             const success = answer.status >= 200 && answer.status <= 299;
             const finalProblem =

@@ -120,3 +120,31 @@ void t.test(
     t.equal(await effects(), 0, 'the effect was rolled back with it');
   },
 );
+
+void t.test(
+  'take inserts a fresh key with one statement and refuses any existing row, leaving it alone',
+  async (t) => {
+    const { uow, store, request, rows } = await setup(t);
+    const key = newId();
+    t.equal(
+      await uow.run(async () => {
+        const taken = await store.take(request(key));
+        await store.complete(request(key), { status: 200, body: { n: 1 }, resourceId: null });
+        return taken;
+      }),
+      true,
+      'a fresh key is taken',
+    );
+    t.equal(await uow.run(() => store.take(request(key))), false, 'a completed row: not taken');
+    const later = new Date(NOW.getTime() + TTL + 1);
+    t.equal(
+      await uow.run(() => store.take(request(key, later))),
+      false,
+      'an expired row is not replaced by take (begin does that)',
+    );
+    const all = await rows();
+    t.equal(all.length, 1);
+    t.equal(all[0]?.state, 'completed');
+    t.equal(all[0]?.expires_at.getTime(), NOW.getTime() + TTL, 'the row is unchanged');
+  },
+);

@@ -13,6 +13,7 @@ import {
   type StoredResponse,
 } from '../../../../kernel/idempotency/index.js';
 import { markNonRetryable } from '../../../../kernel/txn/index.js';
+import type { TransactionSql } from '../../../../platform/pg/client.js';
 import type { PgDatabase } from '../../../../platform/pg/uow.js';
 
 interface KeyRow {
@@ -32,6 +33,20 @@ function toEntry(row: KeyRow): IdempotencyEntry {
     body: row.response_body ?? null,
     resourceId: (row.resource_id as Id | null) ?? null,
   };
+}
+
+/**
+ * A lock timeout while inserting a key means the first request still holds
+ * it: not a retryable lock timeout but "in progress".
+ *
+ * @param err what the insert threw.
+ * @returns the error to throw.
+ */
+function inProgressOr(err: unknown): unknown {
+  if ((err as { code?: string }).code === '55P03') {
+    return markNonRetryable(new RequestInProgressError({ cause: err }));
+  }
+  return err;
 }
 
 /** How many times `begin` starts over when the row it waited for vanished (cleaned up meanwhile). */
@@ -54,10 +69,36 @@ export class PgIdempotencyStore implements IdempotencyStore {
     return row === undefined ? null : toEntry(row);
   }
 
+  /**
+   * @inheritdoc
+   *
+   * The insert is sent before this returns; `begin` does the same as its
+   * first round.
+   */
+  take(req: IdempotencyRequest): Promise<boolean> {
+    const inserted = this.insertKey(this.db.tx('taking an idempotency key'), req);
+    return inserted.then(
+      (rows) => rows.length > 0,
+      (err: unknown) => {
+        throw inProgressOr(err);
+      },
+    );
+  }
+
+  private insertKey(tx: TransactionSql, req: IdempotencyRequest): Promise<{ taken: number }[]> {
+    const expiresAt = new Date(req.now.getTime() + req.ttlMs);
+    return tx<{ taken: number }[]>`
+      insert into idempotency_keys
+             (principal_id, key, action, request_sha256, state, created_at, expires_at)
+      values (${req.principalId}, ${req.key}, ${req.action}, ${Buffer.from(req.sha256)}, 'in_progress',
+              ${req.now}, ${expiresAt})
+      on conflict (principal_id, key) do nothing
+      returning 1 as taken`.execute();
+  }
+
   /** @inheritdoc */
   async begin(req: IdempotencyRequest): Promise<IdempotencyEntry | null> {
     const tx = this.db.tx('taking an idempotency key');
-    const expiresAt = new Date(req.now.getTime() + req.ttlMs);
     // A fresh key, the common case, costs one statement: the insert. Only
     // when it finds a row does begin look at it, and an expired row is
     // deleted before the insert is tried again.
@@ -73,21 +114,11 @@ export class PgIdempotencyStore implements IdempotencyStore {
                where principal_id = ${req.principalId} and key = ${req.key}
                  and expires_at <= ${req.now}`.execute()
           : undefined;
-        const inserted = tx<{ taken: number }[]>`
-          insert into idempotency_keys
-                 (principal_id, key, action, request_sha256, state, created_at, expires_at)
-          values (${req.principalId}, ${req.key}, ${req.action}, ${Buffer.from(req.sha256)}, 'in_progress',
-                  ${req.now}, ${expiresAt})
-          on conflict (principal_id, key) do nothing
-          returning 1 as taken`.execute();
+        const inserted = this.insertKey(tx, req);
         await purged;
         if ((await inserted).length > 0) return null;
       } catch (err) {
-        if ((err as { code?: string }).code === '55P03') {
-          // The first request still holds the key: not a retryable lock timeout.
-          throw markNonRetryable(new RequestInProgressError({ cause: err }));
-        }
-        throw err;
+        throw inProgressOr(err);
       }
       const rows = await tx<KeyRow[]>`
         select request_sha256, state, response_status, response_body, resource_id, expires_at
