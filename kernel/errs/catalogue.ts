@@ -79,6 +79,12 @@ const definitions = {
     description:
       'The request body is not in a media type the operation accepts; send application/json.',
   },
+  expectation_failed: {
+    status: 417,
+    title: 'Expectation failed',
+    description:
+      'The request carries an Expect header the server cannot meet; send it without one (100-continue is understood).',
+  },
   idempotency_key_reuse: {
     status: 422,
     title: 'Idempotency key reused',
@@ -101,6 +107,12 @@ const definitions = {
     status: 429,
     title: 'Too many requests',
     description: 'The caller has sent too many requests; repeat after the Retry-After delay.',
+  },
+  request_header_fields_too_large: {
+    status: 431,
+    title: 'Request header fields too large',
+    description:
+      'The request head is larger than the server accepts; send fewer or shorter headers.',
   },
   internal_error: {
     status: 500,

@@ -23,10 +23,12 @@ const expectedStatuses: Record<ProblemCode, number> = {
   precondition_failed: 412,
   payload_too_large: 413,
   unsupported_media_type: 415,
+  expectation_failed: 417,
   idempotency_key_reuse: 422,
   unprocessable: 422,
   precondition_required: 428,
   rate_limited: 429,
+  request_header_fields_too_large: 431,
   internal_error: 500,
   service_unavailable: 503,
 };

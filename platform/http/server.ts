@@ -4,6 +4,8 @@
  * failure as RFC 9457 problem+json. Built without listening, so tests use it
  * through `inject` or on a port of their own.
  */
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import Fastify, {
   LogController,
   type FastifyBaseLogger,
@@ -80,6 +82,33 @@ export interface HttpServerOptions {
   };
 }
 
+/**
+ * Answers what Node.js's HTTP parser refuses before any route runs (a
+ * malformed head or body framing, a head over the size limit) with a problem,
+ * like every other refusal, instead of Fastify's default
+ * `{"error":"Bad Request",...}`. There is no request object yet: the answer
+ * gets a fresh correlation id, and the connection is closed.
+ *
+ * @param err the parser's error.
+ * @param socket the client's connection.
+ */
+export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed || !socket.writable) return;
+  const appError =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? problem('request_header_fields_too_large', 'The request head is too large.')
+      : problem('validation_failed', 'The request is not well-formed HTTP/1.1.', {
+          errors: [{ pointer: '#', code: 'malformed_request' }],
+        });
+  const id = newId();
+  const body = JSON.stringify(toProblemBody(appError, id));
+  socket.end(
+    `HTTP/1.1 ${String(appError.status)} ${STATUS_CODES[appError.status] ?? ''}\r\n` +
+      `content-type: ${PROBLEM_CONTENT_TYPE}\r\ncontent-length: ${String(Buffer.byteLength(body))}\r\n` +
+      `correlation-id: ${id}\r\nconnection: close\r\n\r\n${body}`,
+  );
+}
+
 /** Where the API document's UI is served. */
 export const DOCS_PREFIX = '/docs';
 
@@ -135,7 +164,39 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     logController: new LogController({ requestIdLogLabel: 'correlation_id' }),
     return503OnClosing: true,
     forceCloseConnections: 'idle',
+    clientErrorHandler,
+    // What the router refuses before routing (a bad percent escape, a path
+    // parameter over 100 characters) is a problem like any other refusal.
+    frameworkErrors: (error, req, reply) => {
+      reply.header('correlation-id', req.id);
+      const path = { errors: [{ pointer: '#path', code: 'invalid' }] };
+      const appError =
+        error.code === 'FST_ERR_BAD_URL' || error.code === 'FST_ERR_MAX_PARAM_LENGTH'
+          ? problem('validation_failed', 'The request path is not valid.', path)
+          : toAppError(error);
+      void sendProblem(reply, appError, req.id);
+    },
   }).withTypeProvider<TypeBoxTypeProvider>();
+  // Node.js keeps only the first header lines (maxHeadersCount, 2000 names
+  // and values: about a thousand lines) and drops the rest silently: an
+  // Idempotency-Key after them would vanish and the request run unkeyed,
+  // its effect repeated by every retry. The head size limit (16 KiB)
+  // already bounds the number of lines, so no count limit is needed.
+  app.server.maxHeadersCount = 0;
+  // An Expect other than 100-continue: a problem, not Node.js's empty 417.
+  app.server.on('checkExpectation', (_req, res) => {
+    const id = newId();
+    const body = JSON.stringify(
+      toProblemBody(problem('expectation_failed', 'This server meets no such expectation.'), id),
+    );
+    res.writeHead(417, {
+      'content-type': PROBLEM_CONTENT_TYPE,
+      'content-length': Buffer.byteLength(body),
+      'correlation-id': id,
+      connection: 'close',
+    });
+    res.end(body);
+  });
 
   // Every route, as declared, for the idempotency plugin's start-up checks.
   const allRoutes: RouteOptions[] = [];

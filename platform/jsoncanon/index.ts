@@ -179,6 +179,9 @@ function findBadString(value: unknown): 'lone_surrogate' | 'nul_character' | und
  * @returns the value, or why it was refused.
  */
 export function parseJsonStrict(text: string): StrictParse {
+  // secure-json-parse would skip a byte order mark, but the fingerprint
+  // (canonicalBody) would not: RFC 8259 section 8.1 lets a parser refuse it.
+  if (text.charCodeAt(0) === 0xfeff) return { ok: false, reason: 'invalid_json' };
   if (nestedDeeperThan(text, MAX_JSON_DEPTH)) return { ok: false, reason: 'too_deep' };
   let value: unknown;
   try {
