@@ -40,6 +40,7 @@ const UNAVAILABLE_CODES: ReadonlySet<string> = new Set([
   '57P02', // crash_shutdown
   '57P03', // cannot_connect_now
   '53300', // too_many_connections
+  'RESULT_INCOMPLETE', // the driver's state was stale after a lost connection (platform/pg)
   'CONNECTION_CLOSED',
   'CONNECTION_ENDED',
   'CONNECTION_DESTROYED',

@@ -26,6 +26,20 @@ export interface SqlOptions {
   readonly onnotice?: (notice: postgres.Notice) => void;
 }
 
+/**
+ * Seconds postgres.js waits before opening a connection again after the
+ * previous one failed: jittered, doubling from 25 to 50 ms and capped at one
+ * second. The driver's own default grows to 20 s, and postgres.js 3.4.9 does
+ * not always reset its count once the server is back (porsager/postgres#1223),
+ * so requests would wait that long after a restart or failover.
+ *
+ * @param attempt failed attempts so far (0 for the first retry).
+ * @returns the delay, in seconds.
+ */
+export function reconnectBackoff(attempt: number): number {
+  return (0.5 + Math.random() / 2) * Math.min(0.05 * 2 ** attempt, 1);
+}
+
 /** The lowest PostgreSQL major version the application runs on (transaction_timeout). */
 export const MIN_SERVER_VERSION = 17;
 
@@ -44,6 +58,7 @@ export function createSql(url: string, options: SqlOptions): Sql {
   return postgres(url, {
     max: options.max,
     onnotice: options.onnotice ?? (() => undefined),
+    backoff: reconnectBackoff,
     connection: {
       application_name: options.applicationName,
       plan_cache_mode: 'force_custom_plan',

@@ -5,8 +5,10 @@ import {
   markNonRetryable,
 } from '../../kernel/txn/index.js';
 import { testDatabase, type TestDatabase } from '../../test/harness/db.js';
-import { createSql } from './client.js';
+import { createSql, reconnectBackoff, type Sql } from './client.js';
 import {
+  checkedResult,
+  IncompleteResultError,
   PgDatabase,
   PgUnitOfWork,
   TransactionEndedError,
@@ -331,5 +333,56 @@ void t.test('sending a statement with the commit outside a unit of work is refus
   t.throws(() => {
     db.sendWithCommit('the test tail', (tx) => tx`select 1`);
   }, TransactionRequiredError);
+  t.end();
+});
+
+void t.test('a result with more rows than its count is refused, never read', (t) => {
+  const sparse = Object.assign([undefined, { id: 1 }], { count: 1, command: 'SELECT' });
+  t.throws(() => checkedResult(sparse), IncompleteResultError);
+  t.throws(() => checkedResult(sparse), { code: 'RESULT_INCOMPLETE' });
+  const whole = Object.assign([{ id: 1 }], { count: 1, command: 'SELECT' });
+  t.equal(checkedResult(whole), whole);
+  // An UPDATE without RETURNING counts rows it hands back none of.
+  const updated = Object.assign([], { count: 3, command: 'UPDATE' });
+  t.equal(checkedResult(updated), updated);
+  t.equal(checkedResult('not a result'), 'not a result');
+  t.end();
+});
+
+void t.test('reads through the pool and through a transaction check their results', async (t) => {
+  // A pool whose driver hands back a result with a hole, as postgres.js
+  // 3.4.9 does after a connection was cut mid-result.
+  const sparse = () =>
+    Promise.resolve(Object.assign([undefined, { id: 1 }], { count: 1, command: 'SELECT' }));
+  const pool = Object.assign(
+    (strings: TemplateStringsArray) => {
+      t.ok(Array.isArray(strings));
+      return {
+        then: (ok: (v: unknown) => unknown, no: (e: unknown) => unknown) => sparse().then(ok, no),
+      };
+    },
+    {
+      unsafe: () => ({
+        then: (ok: (v: unknown) => unknown, no: (e: unknown) => unknown) => sparse().then(ok, no),
+      }),
+    },
+  );
+  const db = new PgDatabase(pool as unknown as Sql);
+  await t.rejects(Promise.resolve(db.sql()`select 1`), IncompleteResultError);
+  await t.rejects(
+    Promise.resolve(db.poolOutsideTransaction('a test read').unsafe('select 1')),
+    IncompleteResultError,
+  );
+  const { db: real, uow } = await setup(t);
+  const rows = await uow.run(() => Promise.resolve(real.sql()`select 1 as one`));
+  t.same([...rows], [{ one: 1 }], 'a whole result passes');
+});
+
+void t.test('reconnecting backs off briefly: at most a second between attempts', (t) => {
+  for (let attempt = 0; attempt < 20; attempt++) {
+    const delay = reconnectBackoff(attempt);
+    t.ok(delay > 0 && delay <= 1, `attempt ${String(attempt)}: ${String(delay)} s`);
+  }
+  t.ok(reconnectBackoff(0) <= 0.05, 'the first retry comes at once');
   t.end();
 });

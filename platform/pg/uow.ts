@@ -99,6 +99,120 @@ function connectionLost(err: unknown): boolean {
   return typeof code === 'string' && (CONNECTION_LOST.has(code) || code.startsWith('08'));
 }
 
+/**
+ * Thrown instead of a result whose rows outnumber its row count. postgres.js
+ * 3.4.9 keeps the row index of a query cut off mid-result (its connection
+ * lost after some rows) and writes the next query's rows after it
+ * (porsager/postgres#1119, #1181): a one-row answer would come back as
+ * `[<hole>, row]` and be read as "no row" (a wrong 401 or 404). The caller
+ * gets a 503 to retry instead; the driver's next result is whole again.
+ */
+export class IncompleteResultError extends Error {
+  override readonly name = 'IncompleteResultError';
+  /** Maps to 503, like a lost connection: the client may try again. */
+  readonly code = 'RESULT_INCOMPLETE';
+  /**
+   * @param length the rows handed back.
+   * @param count the rows PostgreSQL reported.
+   */
+  constructor(length: number, count: number) {
+    super(
+      `the database driver handed back ${String(length)} rows for a result of ${String(count)}: its state is stale after a lost connection`,
+    );
+  }
+}
+
+/**
+ * Refuses a result with more rows than PostgreSQL counted (see
+ * {@link IncompleteResultError}); a statement that returns no rows (an
+ * UPDATE without RETURNING) has fewer, which is fine.
+ *
+ * @param value a query's result.
+ * @returns the same value.
+ * @throws IncompleteResultError for a result with holes.
+ */
+export function checkedResult<V>(value: V): V {
+  if (Array.isArray(value)) {
+    const count = (value as { count?: unknown }).count;
+    if (typeof count === 'number' && value.length > count) {
+      throw new IncompleteResultError(value.length, count);
+    }
+  }
+  return value;
+}
+
+/**
+ * Wraps a lazy postgres.js query's `then` on the instance (never attached
+ * eagerly: a fragment interpolated into another query must never run), so
+ * its result is checked and its error seen first by `onError`.
+ */
+function observe<Q>(query: Q, onError: (err: unknown) => void): Q {
+  if (
+    typeof query !== 'object' ||
+    query === null ||
+    typeof (query as { then?: unknown }).then !== 'function'
+  ) {
+    return query;
+  }
+  const pending = query as unknown as PromiseLike<unknown> & {
+    then: PromiseLike<unknown>['then'];
+  };
+  const then = pending.then.bind(pending);
+  Object.defineProperty(pending, 'then', {
+    configurable: true,
+    writable: true,
+    value: (onFulfilled?: (v: unknown) => unknown, onRejected?: (e: unknown) => unknown) =>
+      then(
+        (v: unknown) => {
+          try {
+            checkedResult(v);
+          } catch (err) {
+            // Handed to the caller's own handler: `await` ignores the promise
+            // then() returns, so a throw here would never reach it.
+            if (onRejected) return onRejected(err);
+            throw err;
+          }
+          return onFulfilled ? onFulfilled(v) : v;
+        },
+        (err: unknown) => {
+          onError(err);
+          if (onRejected) return onRejected(err);
+          throw err;
+        },
+      ),
+  });
+  return query;
+}
+
+/**
+ * A client whose statements (tagged templates and `unsafe`) are observed:
+ * `before` runs first and may throw, and each result is checked and its
+ * error passed to `onError`. Everything else (`begin`, `json`, identifiers)
+ * passes through.
+ */
+function observed<S extends ISql>(sql: S, before: () => void, onError: (err: unknown) => void): S {
+  return new Proxy(sql, {
+    apply(target, thisArg, args: unknown[]) {
+      // Only tagged templates run statements; sql(identifier) builds a fragment.
+      const isTemplate =
+        Array.isArray(args[0]) && Object.prototype.hasOwnProperty.call(args[0], 'raw');
+      if (isTemplate) before();
+      const result: unknown = Reflect.apply(target, thisArg, args);
+      return isTemplate ? observe(result, onError) : result;
+    },
+    get(target, property, receiver) {
+      const value: unknown = Reflect.get(target, property, receiver);
+      if (property === 'unsafe' && typeof value === 'function') {
+        return (...args: unknown[]) => {
+          before();
+          return observe((value as (...a: unknown[]) => unknown).apply(target, args), onError);
+        };
+      }
+      return value;
+    },
+  });
+}
+
 const watchedCache = new WeakMap<TransactionSql, TransactionSql>();
 
 /**
@@ -106,61 +220,22 @@ const watchedCache = new WeakMap<TransactionSql, TransactionSql>();
  * the transaction ended as soon as it fails because the connection is gone
  * (before the caller's own handler sees the error), and no query starts once
  * the transaction has ended. postgres.js would otherwise queue a statement on
- * the dead connection, whose write throws outside any promise.
+ * the dead connection, whose write throws outside any promise. Results are
+ * checked ({@link checkedResult}).
  */
 function watched(frame: Frame): TransactionSql {
   const cached = watchedCache.get(frame.tx);
   if (cached) return cached;
   const { life } = frame;
-  const observe = <Q>(query: Q): Q => {
-    if (
-      typeof query !== 'object' ||
-      query === null ||
-      typeof (query as { then?: unknown }).then !== 'function'
-    ) {
-      return query;
-    }
-    const pending = query as unknown as PromiseLike<unknown> & {
-      then: PromiseLike<unknown>['then'];
-    };
-    const then = pending.then.bind(pending);
-    // Wrapped on the instance, not attached eagerly: postgres.js queries are
-    // lazy (a fragment interpolated into another query must never run).
-    Object.defineProperty(pending, 'then', {
-      configurable: true,
-      writable: true,
-      value: (onFulfilled?: (v: unknown) => unknown, onRejected?: (e: unknown) => unknown) =>
-        then(onFulfilled, (err: unknown) => {
-          if (life.ended === undefined && connectionLost(err)) life.ended = err;
-          if (onRejected) return onRejected(err);
-          throw err;
-        }),
-    });
-    return query;
-  };
-  const guard = (): void => {
-    if (life.ended !== undefined) throw new TransactionEndedError(life.ended);
-  };
-  const proxy = new Proxy(frame.tx, {
-    apply(target, thisArg, args: unknown[]) {
-      // Only tagged templates run statements; sql(identifier) builds a fragment.
-      const isTemplate =
-        Array.isArray(args[0]) && Object.prototype.hasOwnProperty.call(args[0], 'raw');
-      if (isTemplate) guard();
-      const result: unknown = Reflect.apply(target, thisArg, args);
-      return isTemplate ? observe(result) : result;
+  const proxy = observed(
+    frame.tx,
+    () => {
+      if (life.ended !== undefined) throw new TransactionEndedError(life.ended);
     },
-    get(target, property, receiver) {
-      const value: unknown = Reflect.get(target, property, receiver);
-      if (property === 'unsafe' && typeof value === 'function') {
-        return (...args: unknown[]) => {
-          guard();
-          return observe((value as (...a: unknown[]) => unknown).apply(target, args));
-        };
-      }
-      return value;
+    (err) => {
+      if (life.ended === undefined && connectionLost(err)) life.ended = err;
     },
-  });
+  );
   watchedCache.set(frame.tx, proxy);
   return proxy;
 }
@@ -173,8 +248,16 @@ export class PgDatabase {
   /** @internal the storage shared with the unit of work. */
   readonly storage = new AsyncLocalStorage<Frame>();
 
-  /** @param pool the application role's pool. */
-  constructor(private readonly pool: Sql) {}
+  private readonly pool: Sql;
+
+  /** @param pool the application role's pool; its results are checked ({@link checkedResult}). */
+  constructor(pool: Sql) {
+    this.pool = observed(
+      pool,
+      () => undefined,
+      () => undefined,
+    );
+  }
 
   /**
    * The client to query with: the ambient transaction inside a unit of work,
