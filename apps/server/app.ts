@@ -169,6 +169,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     clock,
     metrics,
     cleanupBatchSize: config.sync.idempotency_cleanup_batch_size,
+    cleanupPacing: config.sync.idempotency_cleanup_pacing,
     cleanupIntervalMs: config.sync.idempotency_cleanup_interval,
   });
   prometheus?.scrapeGauges({

@@ -26,6 +26,8 @@ export interface SyncDeps {
   readonly metrics: Metrics;
   /** `sync.idempotency_cleanup_batch_size`. */
   readonly cleanupBatchSize: number;
+  /** `sync.idempotency_cleanup_pacing`. */
+  readonly cleanupPacing: number;
   /** `sync.idempotency_cleanup_interval`, in ms. */
   readonly cleanupIntervalMs: number;
 }
@@ -70,6 +72,7 @@ export function createSyncModule(deps: SyncDeps): SyncModule {
     clock: deps.clock,
     metrics: deps.metrics,
     batchSize: deps.cleanupBatchSize,
+    pacing: deps.cleanupPacing,
     intervalMs: deps.cleanupIntervalMs,
   });
   return {

@@ -385,6 +385,13 @@ export const ConfigSchema = Type.Object(
         minimum: 1,
         maximum: 100_000,
       }),
+      idempotency_cleanup_pacing: integer({
+        default: 2,
+        description:
+          'How much the cleanup job yields to traffic: after a batch slower than the fastest batch of the run (because requests compete for the database), it pauses this many times the difference, at most one second. Alone it runs at full speed; 0 never pauses.',
+        minimum: 0,
+        maximum: 100,
+      }),
     }),
     log: group({
       level: oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {

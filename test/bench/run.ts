@@ -350,6 +350,7 @@ async function main(): Promise<void> {
       clock: systemClock,
       metrics: new InMemoryMetrics(),
       cleanupBatchSize: config.sync.idempotency_cleanup_batch_size,
+      cleanupPacing: config.sync.idempotency_cleanup_pacing,
       cleanupIntervalMs: config.sync.idempotency_cleanup_interval,
     });
     let aloneRowsPerSecond = NaN;
@@ -426,6 +427,7 @@ async function main(): Promise<void> {
       seededKeys: SEEDED_KEYS,
       poolMax: config.database.pool_max,
       cleanupBatchSize: config.sync.idempotency_cleanup_batch_size,
+      cleanupPacing: config.sync.idempotency_cleanup_pacing,
     };
     const complete = ONLY.size === 0;
     const results = {

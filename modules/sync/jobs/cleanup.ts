@@ -29,6 +29,8 @@ export interface CleanupTaskDeps {
   readonly metrics: Metrics;
   /** `sync.idempotency_cleanup_batch_size`. */
   readonly batchSize: number;
+  /** `sync.idempotency_cleanup_pacing`. */
+  readonly pacing: number;
   /** `sync.idempotency_cleanup_interval`, in ms. */
   readonly intervalMs: number;
 }
@@ -61,6 +63,7 @@ export function cleanupJob(deps: CleanupTaskDeps): {
       keys: deps.keys,
       clock: deps.clock,
       batchSize: deps.batchSize,
+      pacing: deps.pacing,
       ...(signal === undefined ? {} : { signal }),
       onBatch: (n) => {
         deletedRows.inc({}, n);
