@@ -87,7 +87,9 @@ export interface HttpServerOptions {
  * malformed head or body framing, a head over the size limit) with a problem,
  * like every other refusal, instead of Fastify's default
  * `{"error":"Bad Request",...}`. There is no request object yet: the answer
- * gets a fresh correlation id, and the connection is closed.
+ * gets a fresh correlation id, and the connection is closed: ended, then
+ * destroyed once the answer is flushed, even if the client keeps its side
+ * open (the server allows half-open connections).
  *
  * @param err the parser's error.
  * @param socket the client's connection.
@@ -106,6 +108,12 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): 
     `HTTP/1.1 ${String(appError.status)} ${STATUS_CODES[appError.status] ?? ''}\r\n` +
       `content-type: ${PROBLEM_CONTENT_TYPE}\r\ncontent-length: ${String(Buffer.byteLength(body))}\r\n` +
       `correlation-id: ${id}\r\nconnection: close\r\n\r\n${body}`,
+    // Ending only our side would leave the connection open for as long as
+    // the client keeps its side open: a file descriptor held, and close()
+    // (the graceful shutdown) waiting on it. Fastify's default destroys it.
+    () => {
+      socket.destroy();
+    },
   );
 }
 

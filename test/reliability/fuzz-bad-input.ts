@@ -356,7 +356,16 @@ export type BodyCase =
   | { readonly kind: 'splice'; readonly hex: string }
   | { readonly kind: 'truncate'; readonly at: number }
   | { readonly kind: 'json'; readonly value: unknown }
-  | { readonly kind: 'padded'; readonly before: string; readonly after: string };
+  | { readonly kind: 'padded'; readonly before: string; readonly after: string }
+  /** Another body after a UTF-8 byte order mark (EF BB BF). */
+  | { readonly kind: 'bom'; readonly inner: BodyCase };
+
+/** Harmless header lines (`j0: 1`, ...) sent before the key. */
+export interface JunkLines {
+  readonly lines: number;
+  /** Bytes of each value: wide lines take the head over the 16 KiB limit. */
+  readonly width: number;
+}
 
 /** One fuzz case: one request. */
 export interface FuzzCase {
@@ -371,8 +380,12 @@ export interface FuzzCase {
   readonly ifMatch: readonly Line<string>[];
   readonly body: BodyCase;
   readonly framing: FramingCase;
-  /** Harmless header lines before the key (Node.js keeps about the first thousand lines). */
-  readonly junk: number;
+  /**
+   * Harmless header lines before the key: up to 1500 short ones (Node.js
+   * used to drop every line after about the first thousand, finding F4),
+   * or wide ones that take the head over the 16 KiB limit.
+   */
+  readonly junk: JunkLines;
   /** An `Expect` header: none, `100-continue`, or an expectation no server meets. */
   readonly expect: '' | '100-continue' | 'teapot';
 }
@@ -834,7 +847,7 @@ const LITERAL_BODIES = [
   '{"a":{"a":{"a":1,"a":2}}}',
 ];
 
-const bodyCase: fc.Arbitrary<BodyCase> = fc.oneof(
+const plainBodyCase: fc.Arbitrary<BodyCase> = fc.oneof(
   { weight: 2, arbitrary: fc.constant({ kind: 'none' as const }) },
   {
     weight: 10,
@@ -899,6 +912,24 @@ const bodyCase: fc.Arbitrary<BodyCase> = fc.oneof(
       kind: fc.constant('padded' as const),
       before: fc.constantFrom('', ' ', '\r\n\t ', '\ufeff', '\u00a0', 'x'),
       after: fc.constantFrom('', ' ', '\r\n\t ', '\u00a0', 'x', '\u0000'),
+    }),
+  },
+);
+
+/** A body, or (now and then) the same body after a byte order mark. */
+const bodyCase: fc.Arbitrary<BodyCase> = fc.oneof(
+  { weight: 14, arbitrary: plainBodyCase },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      kind: fc.constant('bom' as const),
+      inner: fc.oneof(
+        {
+          weight: 3,
+          arbitrary: fc.record({ kind: fc.constant('valid' as const), variant: fc.nat(9) }),
+        },
+        { weight: 1, arbitrary: plainBodyCase },
+      ),
     }),
   },
 );
@@ -998,8 +1029,25 @@ const randomCase: fc.Arbitrary<FuzzCase> = fc.record({
   body: bodyCase,
   framing: framingCase,
   junk: fc.oneof(
-    { weight: 30, arbitrary: fc.constant(0) },
-    { weight: 1, arbitrary: fc.constantFrom(1, 50, 500, 900) },
+    { weight: 24, arbitrary: fc.constant({ lines: 0, width: 1 }) },
+    {
+      weight: 4,
+      arbitrary: fc.record({
+        lines: fc.oneof(
+          fc.constantFrom(1, 50, 500, 1000, 1015, 1055, 1100, 1500),
+          fc.integer({ min: 1, max: 1500 }),
+        ),
+        width: fc.constant(1),
+      }),
+    },
+    {
+      // 1500 lines of 8 bytes count about 17000 bytes: around the limit.
+      weight: 2,
+      arbitrary: fc.record({
+        lines: fc.integer({ min: 900, max: 1500 }),
+        width: fc.constantFrom(8, 12, 16),
+      }),
+    },
   ),
   expect: fc.oneof(
     { weight: 30, arbitrary: fc.constant('' as const) },
@@ -1026,7 +1074,7 @@ const wellFormedCase: fc.Arbitrary<FuzzCase> = fc.record({
   ifMatch: fc.constant([{ name: 'If-Match', value: '"1"' }]),
   body: fc.record({ kind: fc.constant('valid' as const), variant: fc.nat(9) }),
   framing: fc.constant({ kind: 'exact' as const }),
-  junk: fc.constant(0),
+  junk: fc.constant({ lines: 0, width: 1 }),
   expect: fc.constant('' as const),
 });
 
@@ -1089,12 +1137,7 @@ export type BodyVerdict =
   | { readonly kind: 'too_large' }
   /** Refused at parse time with one of these codes (pointer `#body`), never stored. */
   | { readonly kind: 'refused'; readonly codes: readonly string[] }
-  | { readonly kind: 'json' }
-  /**
-   * JSON after a UTF-8 byte order mark: RFC 8259 section 8.1 lets a parser
-   * either ignore the mark or refuse the text (then as invalid_json).
-   */
-  | { readonly kind: 'bom_json' };
+  | { readonly kind: 'json' };
 
 /** What the `Idempotency-Key` lines amount to. */
 export type KeyVerdict =
@@ -1111,13 +1154,27 @@ export type ContentTypeVerdict = 'json' | 'either' | 'not_json' | 'absent';
 /** What the contract says about one request. */
 export interface Expectation {
   /**
-   * `transport`: the HTTP parser refuses the head, the application never
-   * sees it; `transportLate`: the parser refuses the body, the application
-   * may have answered a refusal before reading it; `router`: the router
-   * refuses the path; `app`: the application answers.
+   * Who answers first. `transport`: the HTTP parser refuses the head, the
+   * application never sees it (one of {@link Expectation.head});
+   * `expectation`: the head is well formed but its `Expect` cannot be met
+   * (417, before any route); `router`: the router refuses the path (400,
+   * pointer `#path`); `transportLate`: the parser refuses the body when it
+   * gets there, the application may have answered a refusal it decides from
+   * the head before that; `app`: the application answers.
    */
-  readonly layer: 'transport' | 'transportLate' | 'router' | 'app';
+  readonly layer: 'transport' | 'expectation' | 'router' | 'transportLate' | 'app';
   readonly why: readonly string[];
+  /**
+   * For `transport`: what the parser may answer. A malformed head (`malformed`:
+   * 400 pointer `#`) and a head over the limit (`too_large`: 431) are both
+   * possible when the head is both: the parser reports the fault it meets
+   * first, which depends on where the bytes split into reads.
+   */
+  readonly head: readonly HeadFault[];
+  /** Header lines before the key ({@link FuzzCase.junk}). */
+  readonly junkLines: number;
+  /** The body sent starts with a UTF-8 byte order mark. */
+  readonly bom: boolean;
   /**
    * The body never fully arrives (a Content-Length longer than the bytes, a
    * broken chunk): the HTTP parser refuses it when it gets there, after any
@@ -1134,6 +1191,9 @@ export interface Expectation {
   /** The correlation id the answer must echo, when the request gave a usable one. */
   readonly correlation: string | undefined;
 }
+
+/** Why the HTTP parser refuses a head. */
+export type HeadFault = 'malformed' | 'too_large';
 
 /** A case turned into bytes, with what must happen. */
 export interface Materialized {
@@ -1152,8 +1212,11 @@ export interface Materialized {
 export const BODY_LIMIT = 1_048_576;
 /** The deepest nesting the design allows. */
 export const MAX_DEPTH = 64;
-/** Node.js's default limit on the request head. */
-const MAX_HEADER_BYTES = 16_384;
+/**
+ * Node.js's default limit on the request head (`--max-http-header-size`):
+ * 431 once {@link headCount} reaches it.
+ */
+export const HEAD_LIMIT = 16_384;
 
 const V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/i;
 const ANY_UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/i;
@@ -1342,6 +1405,8 @@ function badStrings(value: unknown): string[] {
  * What the body parser must do with these bytes: the design refuses invalid
  * UTF-8, invalid JSON, nesting deeper than 64, prototype poisoning, U+0000
  * and lone surrogates (400, never stored) and bodies over the limit (413).
+ * A leading byte order mark makes valid UTF-8 `invalid_json`, whatever
+ * follows (docs/api/README.md; RFC 8259 section 8.1 lets a parser refuse it).
  */
 export function bodyVerdict(bytes: Buffer): BodyVerdict {
   if (bytes.length === 0) return { kind: 'empty' };
@@ -1352,11 +1417,7 @@ export function bodyVerdict(bytes: Buffer): BodyVerdict {
   } catch {
     return { kind: 'refused', codes: ['invalid_utf8'] };
   }
-  if (text.startsWith('\ufeff')) {
-    const rest = bodyVerdict(bytes.subarray(3));
-    if (rest.kind === 'json') return { kind: 'bom_json' };
-    if (rest.kind === 'refused') return { kind: 'refused', codes: [...rest.codes, 'invalid_json'] };
-  }
+  if (text.startsWith('\ufeff')) return { kind: 'refused', codes: ['invalid_json'] };
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -1435,6 +1496,9 @@ function template(route: RouteName, variant: number, ctx: FuzzContext): [string,
   }
 }
 
+/** The UTF-8 byte order mark. */
+const BOM = Buffer.from([0xef, 0xbb, 0xbf]);
+
 const objectText = (members: readonly (readonly [string, string])[]): string =>
   `{${members.map(([name, value]) => `"${name}":${value}`).join(',')}}`;
 
@@ -1493,6 +1557,8 @@ function bodyBytes(c: FuzzCase, ctx: FuzzContext): Buffer {
       return Buffer.from(JSON.stringify(b.value));
     case 'padded':
       return Buffer.from(b.before + plain + b.after);
+    case 'bom':
+      return Buffer.concat([BOM, bodyBytes({ ...c, body: b.inner }, ctx)]);
   }
 }
 
@@ -1500,20 +1566,25 @@ function bodyBytes(c: FuzzCase, ctx: FuzzContext): Buffer {
  * Effect bodies must not ask the test module's handlers to crash on purpose
  * (`outcome: "crash"` is a 500 by design), to sleep, or to wait on a gate.
  * Such a body (a random one, or one coerced by the effect routes' default
- * validator) is replaced by the plain valid body.
+ * validator) is replaced by the plain valid body. A byte order mark is looked
+ * past and kept: a server that wrongly accepted it must not then crash on
+ * purpose, which would hide the real fault.
  */
 function safeForEffects(route: RouteName, bytes: Buffer, ctx: FuzzContext): Buffer {
   if (route !== 'effects' && route !== 'plain') return bytes;
+  const bom = bytes.subarray(0, 3).equals(BOM);
   let value: unknown;
   try {
-    value = JSON.parse(bytes.toString('utf8'));
+    value = JSON.parse((bom ? bytes.subarray(3) : bytes).toString('utf8'));
   } catch {
     return bytes;
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return bytes;
   const o = value as Record<string, unknown>;
-  if (Object.hasOwn(o, 'gate') || UNSAFE_EFFECT.test(JSON.stringify(o['outcome'] ?? null)))
-    return Buffer.from(objectText(template(route, 0, ctx)));
+  if (Object.hasOwn(o, 'gate') || UNSAFE_EFFECT.test(JSON.stringify(o['outcome'] ?? null))) {
+    const plain = Buffer.from(objectText(template(route, 0, ctx)));
+    return bom ? Buffer.concat([BOM, plain]) : plain;
+  }
   return bytes;
 }
 
@@ -1564,6 +1635,30 @@ const named = <V>(lines: readonly Line<V>[], name: string): V[] =>
   lines.filter((l) => l.name.toLowerCase() === name).map((l) => l.value);
 
 /**
+ * What Node.js's HTTP parser counts against {@link HEAD_LIMIT}: the request
+ * target, and each header line's name and value (the value without its
+ * leading white space; trailing white space counts), but not the method, the
+ * version, the separators or the line ends. Measured on Node.js 20: a head
+ * that counts 16383 is read, one that counts 16384 is refused with 431 (the
+ * test `the 16 KiB head limit` pins it). For a malformed head this is an
+ * upper bound of what the parser counted before it stopped.
+ *
+ * @param bytes the request as sent.
+ * @returns the count.
+ */
+export function headCount(bytes: Buffer): number {
+  let end = bytes.indexOf('\r\n\r\n', 0, 'latin1');
+  if (end < 0) end = bytes.length;
+  const [requestLine = '', ...lines] = bytes.subarray(0, end).toString('latin1').split('\r\n');
+  let n = requestLine.slice(requestLine.indexOf(' ') + 1, requestLine.lastIndexOf(' ')).length;
+  for (const line of lines) {
+    const colon = line.indexOf(':');
+    n += colon < 0 ? line.length : colon + line.slice(colon + 1).replace(/^[ \t]+/, '').length;
+  }
+  return n;
+}
+
+/**
  * Turns a case into the bytes to send and what the contract says must
  * happen to them.
  *
@@ -1583,17 +1678,21 @@ export function materialize(c: FuzzCase, ctx: FuzzContext): Materialized {
     const picked = pool[v.pick % Math.max(1, pool.length)];
     return uuidIn(v.form, picked ?? OTHER_V7);
   };
+  const junkValue = '1'.repeat(c.junk.width);
   const headers: [string, string][] = [
     ...c.auth.map((l): [string, string] => [l.name, authText(l.value, ctx)]),
     ...c.contentType.map((l): [string, string] => [l.name, l.value]),
-    ...Array.from({ length: c.junk }, (_, i): [string, string] => [`j${i.toString(36)}`, '1']),
+    ...Array.from({ length: c.junk.lines }, (_, i): [string, string] => [
+      `j${i.toString(36)}`,
+      junkValue,
+    ]),
     ...c.key.map((l): [string, string] => [l.name, keyText(l.value)]),
     ...(c.expect === '' ? [] : [['Expect', c.expect] as [string, string]]),
     ...c.correlation.map((l): [string, string] => [l.name, l.value]),
     ...(c.route === 'rename' ? c.ifMatch.map((l): [string, string] => [l.name, l.value]) : []),
   ];
   const path = pathText(c, ctx);
-  let body = spec.hasBody ? safeForEffects(c.route, bodyBytes(c, ctx), ctx) : Buffer.alloc(0);
+  const body = spec.hasBody ? safeForEffects(c.route, bodyBytes(c, ctx), ctx) : Buffer.alloc(0);
   const keyValues = headers
     .filter(([n]) => n.toLowerCase() === 'idempotency-key')
     .map(([, v]) => v);
@@ -1603,54 +1702,60 @@ export function materialize(c: FuzzCase, ctx: FuzzContext): Materialized {
   );
   const query = path.includes('?');
 
-  const why: string[] = [];
+  // What makes the head malformed, whatever the framing.
+  const malformed: string[] = [];
   for (const [n, v] of headers) {
-    if (!TOKEN_CHARS.test(n)) why.push(`header name ${JSON.stringify(n)} is not a token`);
-    if (hasControl(v)) why.push(`header ${n} holds a control character`);
+    if (!TOKEN_CHARS.test(n)) malformed.push(`header name ${JSON.stringify(n)} is not a token`);
+    if (hasControl(v)) malformed.push(`header ${n} holds a control character`);
   }
-  if (hasRawByte(path)) why.push('the path holds a raw byte it may not');
-  const headBytes = headers.reduce((n, [k, v]) => n + k.length + v.length + 4, path.length + 64);
-  if (headBytes > MAX_HEADER_BYTES) why.push('the head is larger than 16 KiB');
-  if (c.expect === 'teapot') why.push('an expectation the server cannot meet (417)');
+  if (hasRawByte(path)) malformed.push('the path holds a raw byte it may not');
+  // The router reads the path before any route: a bad percent escape, or
+  // an account id over 100 characters where a route has that parameter
+  // (not under /API/, which matches no route at all).
+  const routerRefuses =
+    (path.split('?')[0] ?? '').includes('%zz') ||
+    (c.id === 'long' &&
+      (c.route === 'rename' || c.route === 'readAccount') &&
+      c.path !== 'upperCase');
+
+  /** Who answers first, judged on the bytes as sent. */
+  const layerOf = (
+    request: Buffer,
+    f: FramingCase,
+  ): Pick<Expectation, 'layer' | 'why' | 'head'> => {
+    const why = [...malformed];
+    if (f.kind === 'badLength' || f.kind === 'lengthAndChunked') why.push(`framing ${f.kind}`);
+    const head: HeadFault[] = why.length > 0 ? ['malformed'] : [];
+    const counted = headCount(request);
+    if (counted >= HEAD_LIMIT) {
+      head.push('too_large');
+      why.push(`the head counts ${String(counted)} bytes, the limit is ${String(HEAD_LIMIT)}`);
+    }
+    if (head.length > 0) return { layer: 'transport', why, head };
+    if (c.expect === 'teapot')
+      return { layer: 'expectation', why: ['an expectation the server cannot meet'], head };
+    if (routerRefuses) return { layer: 'router', why: ['the router refuses the path'], head };
+    if (isLateFault(f)) return { layer: 'transportLate', why: [`framing ${f.kind}`], head };
+    return { layer: 'app', why, head };
+  };
 
   let framing: FramingCase = c.framing;
   // A GET's body is not read by its handler, so only head-level framing faults apply.
   if (!spec.hasBody && (isLateFault(framing) || framing.kind === 'shorter'))
     framing = { kind: 'exact' };
-  let layer: Expectation['layer'] = 'app';
-  if (framing.kind === 'badLength' || framing.kind === 'lengthAndChunked')
-    why.push(`framing ${framing.kind}`);
-  if (why.length > 0) layer = 'transport';
-  else if (
-    (path.split('?')[0] ?? '').includes('%zz') ||
-    (c.id === 'long' && (c.route === 'rename' || c.route === 'readAccount'))
-  ) {
-    layer = 'router';
-    why.push('the router refuses the path');
-  } else if (isLateFault(framing)) {
-    layer = 'transportLate';
-    why.push(`framing ${framing.kind}`);
-  }
   const routeMatched =
     ['canonical', 'percentEncoded', 'fragment'].includes(c.path) && c.route !== 'unknown';
   const principalKeyed = (auth === 'alice' || auth === 'bob') && spec.keyed && routeMatched;
-
-  // A shorter Content-Length is only sent where a repeat with the same key
-  // can settle what the server did with it (see Materialized.settle).
-  if (framing.kind === 'shorter') {
-    const fresh = key.kind === 'valid' && !ctx.stored[reuseFrom].includes(key.key);
-    if (!(
-      layer === 'app' &&
-      principalKeyed &&
-      fresh &&
-      !query &&
-      contentType === 'json' &&
-      body.length > 0
-    ))
-      framing = { kind: 'exact' };
-  }
-  const base = {
-    lateBodyFault: isLateFault(framing),
+  const encode = (bytes: Buffer, f: BodyFraming, extra: readonly RawHeader[] = []) =>
+    encodeRequest({
+      method: spec.method,
+      path,
+      headers: [...headers, ...extra],
+      body: bytes,
+      framing: f,
+    });
+  const base = (f: FramingCase, parsed: Buffer) => ({
+    lateBodyFault: isLateFault(f),
     route: c.route,
     routeMatched,
     auth,
@@ -1660,24 +1765,42 @@ export function materialize(c: FuzzCase, ctx: FuzzContext): Materialized {
     correlation: correlationVerdict(
       headers.filter(([n]) => n.toLowerCase() === 'correlation-id').map(([, v]) => v),
     ),
-  };
-  const raw: RawHeader[] = headers;
-  const encode = (bytes: Buffer, f: BodyFraming) =>
-    encodeRequest({ method: spec.method, path, headers: raw, body: bytes, framing: f });
+    junkLines: c.junk.lines,
+    body: bodyVerdict(parsed),
+    bom: parsed.subarray(0, 3).equals(BOM),
+  });
 
+  // A shorter Content-Length is only sent where a repeat with the same key
+  // can settle what the server did with it (see Materialized.settle).
   if (framing.kind === 'shorter') {
-    const cut = framing.cut % body.length;
-    const prefix = body.subarray(0, cut);
-    const expect: Expectation = { ...base, layer, why, body: bodyVerdict(prefix) };
-    return {
-      request: encode(body, { kind: 'declared', value: String(cut) }),
-      halfClose: false,
-      expect,
-      settle: { request: encode(prefix, { kind: 'exact' }), expect },
-    };
+    const fresh = key.kind === 'valid' && !ctx.stored[reuseFrom].includes(key.key);
+    const cut = framing.cut % Math.max(1, body.length);
+    const request = encode(body, { kind: 'declared', value: String(cut) });
+    const judged = layerOf(request, framing);
+    if (
+      judged.layer === 'app' &&
+      principalKeyed &&
+      fresh &&
+      !query &&
+      contentType === 'json' &&
+      body.length > 0
+    ) {
+      const prefix = body.subarray(0, cut);
+      const expect: Expectation = { ...base(framing, prefix), ...judged };
+      return {
+        request,
+        halfClose: false,
+        expect,
+        settle: { request: encode(prefix, { kind: 'exact' }), expect },
+      };
+    }
+    framing = { kind: 'exact' };
   }
   let wire: BodyFraming;
   let halfClose = false;
+  let sent = body;
+  let parsed = body;
+  const extra: RawHeader[] = [];
   switch (framing.kind) {
     case 'exact':
       wire = spec.hasBody && c.body.kind !== 'none' ? { kind: 'exact' } : { kind: 'none' };
@@ -1694,27 +1817,24 @@ export function materialize(c: FuzzCase, ctx: FuzzContext): Materialized {
       break;
     case 'lengthAndChunked':
       wire = { kind: 'declared', value: String(body.length) };
-      raw.push(['Transfer-Encoding', 'chunked']);
+      extra.push(['Transfer-Encoding', 'chunked']);
       break;
     case 'badChunk':
       wire = { kind: 'none' };
-      raw.push(['Transfer-Encoding', 'chunked']);
-      body = Buffer.concat([Buffer.from('zz\r\n'), body, Buffer.from('\r\n0\r\n\r\n')]);
+      extra.push(['Transfer-Encoding', 'chunked']);
+      sent = Buffer.concat([Buffer.from('zz\r\n'), body, Buffer.from('\r\n0\r\n\r\n')]);
+      parsed = Buffer.alloc(0);
       break;
     case 'otherEncoding':
       wire = { kind: 'none' };
-      raw.push(['Transfer-Encoding', 'gzip']);
+      extra.push(['Transfer-Encoding', 'gzip']);
       break;
   }
+  const request = encode(sent, wire, extra);
   return {
-    request: encode(body, wire),
+    request,
     halfClose,
-    expect: {
-      ...base,
-      layer,
-      why,
-      body: bodyVerdict(framing.kind === 'badChunk' ? Buffer.alloc(0) : body),
-    },
+    expect: { ...base(framing, parsed), ...layerOf(request, framing) },
     settle: undefined,
   };
 }
