@@ -27,7 +27,7 @@ const DEFAULTS: Config = {
   sync: {
     idempotency_key_ttl: 86_400_000,
     idempotency_cleanup_interval: 3_600_000,
-    idempotency_cleanup_batch_size: 1_000,
+    idempotency_cleanup_batch_size: 5_000,
     idempotency_cleanup_pacing: 2,
   },
   log: { level: 'info' },

@@ -113,7 +113,7 @@ void t.test('the documented defaults', (t) => {
     'database.embedded_port': 0,
     'sync.idempotency_key_ttl': '24h',
     'sync.idempotency_cleanup_interval': '1h',
-    'sync.idempotency_cleanup_batch_size': 1000,
+    'sync.idempotency_cleanup_batch_size': 5000,
     'sync.idempotency_cleanup_pacing': 2,
     'log.level': 'info',
     'metrics.enabled': true,

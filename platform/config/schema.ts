@@ -379,7 +379,7 @@ export const ConfigSchema = Type.Object(
         rule: CRON_STEP_RULE,
       }),
       idempotency_cleanup_batch_size: integer({
-        default: 1_000,
+        default: 5_000,
         description:
           'Most expired idempotency keys one cleanup statement deletes, which keeps each transaction short.',
         minimum: 1,

@@ -22,7 +22,7 @@ export interface LoadOptions {
   readonly path: string;
   /** Concurrent connections. */
   readonly connections: number;
-  /** Seconds to measure. */
+  /** Seconds to measure; with `during`, the most to wait for it. */
   readonly seconds: number;
   /** Builds each request (called once per request). */
   readonly next: () => LoadRequest;
@@ -86,17 +86,20 @@ export async function measure(options: LoadOptions): Promise<LoadFigures> {
     );
   });
   let failed: unknown;
-  if (options.during !== undefined) {
-    void options
-      .during()
-      .catch((err: unknown) => {
-        failed = err;
-      })
-      .finally(() => {
-        instance?.stop();
-      });
-  }
-  const result = await finished;
+  // The window ends with `during` (autocannon is stopped then), and
+  // `during` is always awaited, so nothing of it runs into the next window.
+  const during =
+    options.during === undefined
+      ? Promise.resolve()
+      : options
+          .during()
+          .catch((err: unknown) => {
+            failed = err;
+          })
+          .finally(() => {
+            instance?.stop();
+          });
+  const [result] = await Promise.all([finished, during]);
   if (failed !== undefined)
     throw failed instanceof Error ? failed : new Error(JSON.stringify(failed));
   const seconds = (performance.now() - started) / 1000;

@@ -60,8 +60,13 @@ export function peerModule(): ModuleDescriptor {
         if (typeof key !== 'string' || !PEER_ROUTES.has(`${request.method} ${request.url}`)) {
           return;
         }
-        // Hidden from this project's own stage, which then stands aside.
+        // Hidden from this project's own stage (which reads the raw header
+        // lines), so it stands aside.
         delete request.headers['idempotency-key'];
+        const raw = request.raw.rawHeaders;
+        for (let i = raw.length - 2; i >= 0; i -= 2) {
+          if (raw[i]?.toLowerCase() === HEADER) raw.splice(i, 2);
+        }
         states.set(request, { key, replayed: false });
         await Promise.resolve();
       });

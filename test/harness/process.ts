@@ -29,28 +29,42 @@ export interface ServerProcess {
  * @returns the process handle.
  */
 export function startServerProcess(args: string[], env: Record<string, string>): ServerProcess {
+  return startScriptProcess('apps/server/main.ts', args, env);
+}
+
+/**
+ * Starts another server entry point of this repository (e.g. the
+ * benchmark's peer server) the way {@link startServerProcess} starts the
+ * real one.
+ *
+ * @param script path from the repository root.
+ * @param args command line arguments.
+ * @param env configuration through environment variables.
+ * @returns the process handle.
+ */
+export function startScriptProcess(
+  script: string,
+  args: string[],
+  env: Record<string, string>,
+): ServerProcess {
   const root = projectRoot();
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', path.join(root, 'apps/server/main.ts'), ...args],
-    {
-      cwd: root,
-      env: {
-        PATH: process.env['PATH'] ?? '/usr/bin:/bin',
-        HOME: process.env['HOME'] ?? '/tmp',
-        // tap instruments child processes too; a child transpiled by tsx
-        // (esbuild) maps its coverage onto the same files differently from
-        // the test processes (ts-node), and merging the two corrupts the
-        // report. The server's own tests measure its coverage.
-        _TAPJS_PROCESSINFO_COVERAGE_: '0',
-        // Worker processes of parallel tests must not fight over the default
-        // metrics port; a test that cares sets its own.
-        METRICS__WORKER_PORT: '0',
-        ...env,
-      },
-      stdio: ['pipe', 'pipe', 'pipe'],
+  const child = spawn(process.execPath, ['--import', 'tsx', path.join(root, script), ...args], {
+    cwd: root,
+    env: {
+      PATH: process.env['PATH'] ?? '/usr/bin:/bin',
+      HOME: process.env['HOME'] ?? '/tmp',
+      // tap instruments child processes too; a child transpiled by tsx
+      // (esbuild) maps its coverage onto the same files differently from
+      // the test processes (ts-node), and merging the two corrupts the
+      // report. The server's own tests measure its coverage.
+      _TAPJS_PROCESSINFO_COVERAGE_: '0',
+      // Worker processes of parallel tests must not fight over the default
+      // metrics port; a test that cares sets its own.
+      METRICS__WORKER_PORT: '0',
+      ...env,
     },
-  );
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
   const lines: Record<string, unknown>[] = [];
   const waiters: {
     match: (l: Record<string, unknown>) => boolean;
