@@ -68,6 +68,12 @@ const definitions = {
     description:
       'An If-Match or If-None-Match condition did not hold: the resource changed since it was read. Read it again and retry.',
   },
+  request_timeout: {
+    status: 408,
+    title: 'Request timeout',
+    description:
+      'The request did not arrive completely in time; send it again (with the same Idempotency-Key).',
+  },
   payload_too_large: {
     status: 413,
     title: 'Payload too large',

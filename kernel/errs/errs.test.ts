@@ -21,6 +21,7 @@ const expectedStatuses: Record<ProblemCode, number> = {
   request_in_progress: 409,
   gone: 410,
   precondition_failed: 412,
+  request_timeout: 408,
   payload_too_large: 413,
   unsupported_media_type: 415,
   expectation_failed: 417,

@@ -1,4 +1,4 @@
-import { Writable } from 'node:stream';
+import { PassThrough, Writable } from 'node:stream';
 import t from 'tap';
 import { principalActor, type Authenticator } from '../../kernel/actor/index.js';
 import { ManualClock } from '../../kernel/clock/index.js';
@@ -7,7 +7,7 @@ import { problem } from '../../kernel/errs/index.js';
 import { newId, type Id } from '../../kernel/ids/index.js';
 import { InMemoryMetrics } from '../../kernel/metrics/index.js';
 import { createLogger } from '../log/index.js';
-import { createHttpServer } from './server.js';
+import { clientErrorHandler, createHttpServer } from './server.js';
 
 function logSink() {
   const lines: Record<string, unknown>[] = [];
@@ -289,3 +289,31 @@ void t.test('the API document is generated and its UI is public', async (t) => {
   t.equal(ui.statusCode, 200, 'the UI needs no token');
   t.match(ui.headers['content-type'], /text\/html/);
 });
+
+void t.test(
+  'what the HTTP parser refuses is answered by its kind: 408 for a slow head, 413 for oversized chunk extensions, 400 otherwise',
+  (t) => {
+    const answer = (code: string): string => {
+      let written = '';
+      const socket = Object.assign(new PassThrough(), {
+        end: (chunk: string, cb?: () => void) => {
+          written = chunk;
+          cb?.();
+          return socket;
+        },
+      });
+      clientErrorHandler(Object.assign(new Error(code), { code }), socket);
+      return written;
+    };
+    const timeout = answer('ERR_HTTP_REQUEST_TIMEOUT');
+    t.match(timeout, /^HTTP\/1\.1 408 Request Timeout\r\n/);
+    t.match(timeout, /"code":"request_timeout"/);
+    t.match(answer('HPE_CHUNK_EXTENSIONS_OVERFLOW'), /^HTTP\/1\.1 413 /);
+    t.match(answer('HPE_HEADER_OVERFLOW'), /^HTTP\/1\.1 431 /);
+    t.match(
+      answer('HPE_INVALID_HEADER_TOKEN'),
+      /^HTTP\/1\.1 400 .*"pointer":"#","code":"malformed_request"/s,
+    );
+    t.end();
+  },
+);

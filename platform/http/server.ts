@@ -83,8 +83,33 @@ export interface HttpServerOptions {
 }
 
 /**
+ * The problem for an error of Node.js's HTTP parser: 431 for a head over the
+ * limit, 408 for a head or body that did not arrive in time (headersTimeout,
+ * requestTimeout), 413 for oversized chunk extensions, 400 otherwise.
+ *
+ * @param code the parser's error code.
+ * @returns the problem to answer.
+ */
+function parserRefusal(code: string | undefined) {
+  switch (code) {
+    case 'HPE_HEADER_OVERFLOW':
+      return problem('request_header_fields_too_large', 'The request head is too large.');
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      // A slow client, not a malformed request: it may send it again.
+      return problem('request_timeout', 'The request did not arrive in time.');
+    case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
+      return problem('payload_too_large', 'The chunk extensions are too large.');
+    default:
+      return problem('validation_failed', 'The request is not well-formed HTTP/1.1.', {
+        errors: [{ pointer: '#', code: 'malformed_request' }],
+      });
+  }
+}
+
+/**
  * Answers what Node.js's HTTP parser refuses before any route runs (a
- * malformed head or body framing, a head over the size limit) with a problem,
+ * malformed head or body framing, a head over the size limit, a slow
+ * client) with a problem,
  * like every other refusal, instead of Fastify's default
  * `{"error":"Bad Request",...}`. There is no request object yet: the answer
  * gets a fresh correlation id, and the connection is closed: ended, then
@@ -96,12 +121,7 @@ export interface HttpServerOptions {
  */
 export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): void {
   if (err.code === 'ECONNRESET' || socket.destroyed || !socket.writable) return;
-  const appError =
-    err.code === 'HPE_HEADER_OVERFLOW'
-      ? problem('request_header_fields_too_large', 'The request head is too large.')
-      : problem('validation_failed', 'The request is not well-formed HTTP/1.1.', {
-          errors: [{ pointer: '#', code: 'malformed_request' }],
-        });
+  const appError = parserRefusal(err.code);
   const id = newId();
   const body = JSON.stringify(toProblemBody(appError, id));
   socket.end(

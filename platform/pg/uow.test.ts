@@ -310,19 +310,40 @@ void t.test(
 );
 
 void t.test(
-  'a statement sent with the commit from a savepoint joins the transaction',
+  'a statement sent with the commit from a savepoint is refused: its savepoint could hide its failure',
   async (t) => {
     const { db, uow, count } = await setup(t);
     await uow.run(async () => {
-      await uow.run(
-        async () => {
-          await db.sql()`insert into probe values (1, 'inner')`;
-          db.sendWithCommit('the test tail', (tx) => tx`insert into probe values (2, 'tail')`);
-        },
-        { nested: true },
+      await db.sql()`insert into probe values (1, 'outer')`;
+      await t.rejects(
+        uow.run(
+          async () => {
+            db.sendWithCommit('the test tail', (tx) => tx`insert into probe values (2, 'tail')`);
+            return Promise.resolve();
+          },
+          { nested: true },
+        ),
+        /outermost unit of work/,
       );
     });
-    t.equal(await count(), 2);
+    t.equal(await count(), 1, 'only the outer row');
+  },
+);
+
+void t.test(
+  'a statement started after its unit of work ended is refused, never run in a later transaction',
+  async (t) => {
+    const { db, uow, count } = await setup(t);
+    let late: Promise<unknown> | undefined;
+    await uow.run(async () => {
+      await db.sql()`insert into probe values (1, 'in time')`;
+      // A detached task: it keeps the unit of work's context past the commit.
+      late = new Promise((r) => setTimeout(r, 100)).then(
+        () => db.sql()`insert into probe values (2, 'late')`,
+      );
+    });
+    await t.rejects(late!, TransactionEndedError);
+    t.equal(await count(), 1);
   },
 );
 

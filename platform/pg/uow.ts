@@ -31,6 +31,8 @@ interface Frame {
    * COMMIT ({@link PgDatabase.sendWithCommit}), settled, awaited after it.
    */
   readonly tails: Promise<Settled<unknown>>[];
+  /** True inside a savepoint (a nested run). */
+  readonly nested: boolean;
 }
 
 /**
@@ -317,6 +319,14 @@ export class PgDatabase {
   sendWithCommit(what: string, build: (tx: TransactionSql) => PromiseLike<unknown>): void {
     const frame = this.storage.getStore();
     if (!frame) throw new TransactionRequiredError(what);
+    if (frame.nested) {
+      // A savepoint's ROLLBACK TO would clear the failure PostgreSQL
+      // recorded, and the COMMIT would then commit what the failure was
+      // meant to stop.
+      throw new Error(
+        `${what}: a statement sent with the COMMIT belongs to the outermost unit of work, not a savepoint`,
+      );
+    }
     if (frame.life.ended !== undefined) throw new TransactionEndedError(frame.life.ended);
     frame.tails.push(settle(build(watched(frame))));
   }
@@ -362,7 +372,7 @@ export class PgUnitOfWork implements UnitOfWork {
       return (await outer.tx.savepoint(async (sp) => {
         const outcome = await settle(
           this.db.storage.run(
-            { tx: sp, attempt: outer.attempt, life: outer.life, tails: outer.tails },
+            { tx: sp, attempt: outer.attempt, life: outer.life, tails: outer.tails, nested: true },
             fn,
           ),
         );
@@ -388,7 +398,9 @@ export class PgUnitOfWork implements UnitOfWork {
                    set_config('statement_timeout', ${this.settings[1]}, true),
                    set_config('transaction_timeout', ${this.settings[2]}, true)`.execute();
           progress.fnSettled = false;
-          const outcome = await settle(this.db.storage.run({ tx, attempt, life, tails }, fn));
+          const outcome = await settle(
+            this.db.storage.run({ tx, attempt, life, tails, nested: false }, fn),
+          );
           progress.fnSettled = true;
           // Never leave the settings promise unobserved, whatever fn did.
           const settings = await settle(configured);
@@ -399,6 +411,10 @@ export class PgUnitOfWork implements UnitOfWork {
           if (fault !== undefined) await raiseSqlState(tx, fault);
           return outcome.value;
         })) as T;
+        // The transaction is over: a statement a detached task starts later
+        // must fail, not run in whatever transaction the connection serves
+        // next.
+        life.ended = COMMITTED;
         // Sent ahead of the COMMIT: one that failed aborted the transaction,
         // and PostgreSQL answered the COMMIT with a rollback.
         for (const tail of await Promise.all(tails)) if (!tail.ok) throw tail.error;
@@ -421,6 +437,9 @@ export class PgUnitOfWork implements UnitOfWork {
     }
   }
 }
+
+/** What `life.ended` holds once a transaction committed. */
+const COMMITTED = new Error('the unit of work committed');
 
 type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
 
