@@ -145,12 +145,21 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     }
   }
 
-  /** @inheritdoc */
+  /**
+   * @inheritdoc
+   *
+   * Like the PostgreSQL store, whose update travels with the COMMIT: the call
+   * resolves, and a key not in progress in this transaction fails the commit.
+   */
   complete(req: IdempotencyRequest, res: StoredResponse): Promise<void> {
     const tx = this.uow.current('storing an idempotent answer');
     const row = this.rows.get(`${req.principalId}/${req.key}`);
-    if (!row || row.writer !== tx)
-      return Promise.reject(new Error('complete without begin in this transaction'));
+    if (!row || row.writer !== tx || row.completed) {
+      tx.failAtCommit(
+        new Error(`no idempotency key in progress for ${req.key} in this transaction`),
+      );
+      return Promise.resolve();
+    }
     const before = { completed: row.completed, response: row.response };
     row.completed = true;
     row.response = {

@@ -19,10 +19,17 @@ export interface InMemoryTransaction {
   readonly ended: Promise<boolean>;
   /** Whether it has ended. */
   isOpen(): boolean;
+  /**
+   * Makes the commit fail with `err` (rolling everything back), as a failing
+   * statement sent with PostgreSQL's COMMIT does.
+   */
+  failAtCommit(err: Error): void;
 }
 
 interface TxState extends InMemoryTransaction {
   readonly undo: (() => void)[];
+  /** The first failure registered with failAtCommit. */
+  commitFailure(): Error | undefined;
   end(committed: boolean): void;
 }
 
@@ -87,6 +94,8 @@ export class InMemoryUnitOfWork implements UnitOfWork {
         const fault =
           this.options.faultHook?.({ attempt }) ?? this.options.commitHook?.({ attempt });
         if (fault) throw fault;
+        const failure = tx.commitFailure();
+        if (failure) throw failure;
         tx.end(true);
         return result;
       } catch (err) {
@@ -101,8 +110,13 @@ export class InMemoryUnitOfWork implements UnitOfWork {
     let resolve!: (committed: boolean) => void;
     const ended = new Promise<boolean>((r) => (resolve = r));
     let open = true;
+    let failure: Error | undefined;
     const undo: (() => void)[] = [];
     return {
+      failAtCommit: (err) => {
+        failure ??= err;
+      },
+      commitFailure: () => failure,
       id: this.nextId++,
       undo,
       ended,
