@@ -7,6 +7,7 @@ import t from 'tap';
 import type { Test } from 'tap';
 import { newId } from '../kernel/ids/index.js';
 import { startTestApp, type TestApp, type TestPrincipal } from './harness/app.js';
+import { assertLedgerInvariants } from './harness/ledger-invariants.js';
 
 /** The largest amount or balance the API accepts: exact in every JSON parser. */
 const MAX = Number.MAX_SAFE_INTEGER;
@@ -112,52 +113,9 @@ async function transferCount(l: Ledger): Promise<number> {
   return Number(row?.n);
 }
 
-/**
- * The ledger's invariants, read from the tables as their owner: every account
- * the database holds was created by this test with the opening balance it
- * recorded; every balance equals that opening balance plus the transfers into
- * the account minus the transfers out of it, and is not negative; and money
- * is neither made nor lost: the balances add up to the opening balances.
- */
-async function assertInvariants(t: Test, l: Ledger): Promise<void> {
-  const rows = await l.k.tdb.owner<
-    { id: string; balance: string; opening: string; incoming: string; outgoing: string }[]
-  >`
-    select a.id,
-           a.balance::text as balance,
-           a.opening_balance::text as opening,
-           coalesce((select sum(x.amount) from ledger_transfers x where x.to_account_id = a.id), 0)::text as incoming,
-           coalesce((select sum(x.amount) from ledger_transfers x where x.from_account_id = a.id), 0)::text as outgoing
-      from ledger_accounts a
-     order by a.id`;
-  t.same(
-    rows.map((r) => r.id),
-    [...l.openings.keys()].sort(),
-    'invariant: the accounts are exactly those the test created',
-  );
-  let balances = 0n;
-  let openings = 0n;
-  for (const row of rows) {
-    const opening = l.openings.get(row.id);
-    const balance = BigInt(row.balance);
-    t.equal(BigInt(row.opening), opening, `invariant: ${row.id} kept its opening balance`);
-    t.equal(
-      balance,
-      BigInt(row.opening) + BigInt(row.incoming) - BigInt(row.outgoing),
-      `invariant: ${row.id} balance = opening + incoming - outgoing`,
-    );
-    t.ok(balance >= 0n, `invariant: ${row.id} balance is not negative`);
-    balances += balance;
-    openings += opening ?? 0n;
-  }
-  t.equal(balances, openings, 'invariant: the balances add up to the opening balances');
-  const [crossed] = await l.k.tdb.owner<{ n: string }[]>`
-    select count(*)::text as n
-      from ledger_transfers x
-      join ledger_accounts f on f.id = x.from_account_id
-      join ledger_accounts d on d.id = x.to_account_id
-     where f.principal_id <> x.principal_id or d.principal_id <> x.principal_id`;
-  t.equal(crossed?.n, '0', "invariant: a transfer moves money between its principal's accounts");
+/** The ledger's invariants after a scenario (see test/harness/ledger-invariants.ts). */
+function assertInvariants(t: Test, l: Ledger): Promise<void> {
+  return assertLedgerInvariants(t, l.k.tdb.owner, l.openings);
 }
 
 void t.test('accounts: create with ETag and Location, read only by their owner', async (t) => {

@@ -16,43 +16,34 @@ import t, { type Test } from 'tap';
 import { newId } from '../../kernel/ids/index.js';
 import { createSql } from '../../platform/pg/client.js';
 import { testDatabase } from '../harness/db.js';
-import { startScriptProcess, type ServerProcess } from '../harness/process.js';
 import { stopProcesses } from '../e2e/processes.js';
-import { assertLedgerInvariants, newPrincipal, openAccount, post } from './fault-helpers.js';
+import {
+  API_ENTRY,
+  assertLedgerInvariants,
+  newPrincipal,
+  openAccount,
+  post,
+  startApi,
+  type ApiProcess,
+  type ServerEntry,
+} from './fault-helpers.js';
 
 const OPENING = 1_000_000;
 
-interface Server {
-  readonly process: ServerProcess;
-  readonly base: string;
-}
-
-async function start(script: string, args: string[], appUrl: string): Promise<Server> {
-  const p = startScriptProcess(script, args, {
-    DATABASE__URL: appUrl,
-    DATABASE__POOL_MAX: '3',
-    HTTP__PORT: '0',
-    HTTP__RATE_LIMIT_MAX: '1000000',
-    LOG__LEVEL: 'info',
-  });
-  const line = await p.waitForLine((l) => l['msg'] === 'listening');
-  return { process: p, base: line['address'] as string };
-}
-
-async function kill(server: Server): Promise<void> {
+async function kill(server: ApiProcess): Promise<void> {
   server.process.child.kill('SIGKILL');
   await server.process.exited;
 }
 
-async function crashThenRepeat(t: Test, script: string, args: string[]) {
+async function crashThenRepeat(t: Test, entry: ServerEntry) {
   const db = await testDatabase(t);
   const owner = createSql(db.ownerUrl, { max: 1, applicationName: 'test-owner' });
-  const servers: Server[] = [];
+  const servers: ApiProcess[] = [];
   t.teardown(async () => {
     await stopProcesses(servers.map((s) => s.process));
     await owner.end({ timeout: 1 });
   });
-  let server = await start(script, args, db.appUrl);
+  let server = await startApi(db.appUrl, {}, entry);
   servers.push(server);
   const token = await newPrincipal(db.app);
   const openings = new Map<string, bigint>();
@@ -63,7 +54,7 @@ async function crashThenRepeat(t: Test, script: string, args: string[]) {
   const first = await post(server.base, '/api/v1/transfers', token, body, key);
   t.equal(first.status, 201, 'the transfer is answered 201');
   await kill(server);
-  server = await start(script, args, db.appUrl);
+  server = await startApi(db.appUrl, {}, entry);
   servers.push(server);
   const repeat = await post(server.base, '/api/v1/transfers', token, body, key);
   const transfers = Number(
@@ -76,7 +67,7 @@ async function crashThenRepeat(t: Test, script: string, args: string[]) {
 }
 
 void t.test('ours: the repeat after a crash is a replay; the money moved once', async (t) => {
-  const r = await crashThenRepeat(t, 'apps/server/main.ts', ['--role', 'api']);
+  const r = await crashThenRepeat(t, API_ENTRY);
   t.equal(r.repeat.status, 201);
   t.equal(r.repeat.replay, 'true', 'Idempotent-Replay: true');
   t.equal(r.repeat.body, r.first.body, 'byte for byte the first answer');
@@ -87,7 +78,7 @@ void t.test('ours: the repeat after a crash is a replay; the money moved once', 
 void t.test(
   'the in-memory peer: the repeat after a crash runs again; the money moved twice',
   async (t) => {
-    const r = await crashThenRepeat(t, 'test/bench/peer-server.ts', []);
+    const r = await crashThenRepeat(t, { script: 'test/bench/peer-server.ts', args: [] });
     t.equal(r.repeat.status, 201, 'answered as a new transfer');
     t.equal(r.repeat.replay, null, 'no replay header of ours');
     t.not(r.repeat.body, r.first.body, 'a different transfer');

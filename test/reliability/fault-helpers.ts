@@ -10,7 +10,9 @@ import { newId } from '../../kernel/ids/index.js';
 import { createPrincipalWithToken } from '../../modules/identity/index.js';
 import type { Sql } from '../../platform/pg/client.js';
 import { PgDatabase, PgUnitOfWork } from '../../platform/pg/uow.js';
-import { startServerProcess, type ServerProcess } from '../harness/process.js';
+import { startScriptProcess, type ServerProcess } from '../harness/process.js';
+
+export { assertLedgerInvariants } from '../harness/ledger-invariants.js';
 
 /** A running `api` process and the base URL it listens on. */
 export interface ApiProcess {
@@ -25,19 +27,31 @@ export interface Answer {
   readonly body: string;
 }
 
+/** A server entry point of this repository and its arguments. */
+export interface ServerEntry {
+  readonly script: string;
+  readonly args: readonly string[];
+}
+
+/** The real server in the api role. */
+export const API_ENTRY: ServerEntry = { script: 'apps/server/main.ts', args: ['--role', 'api'] };
+
 /**
- * Starts `apps/server/main.ts --role api` on a database and waits until it
- * listens. The rate limit is raised out of the way; `env` adds or overrides.
+ * Starts a server (by default `apps/server/main.ts --role api`) on a
+ * database and waits until it listens. The rate limit is raised out of the
+ * way; `env` adds or overrides.
  *
  * @param appUrl the database URL of the application role.
  * @param env further configuration.
+ * @param entry the entry point, e.g. the benchmark's peer server.
  * @returns the process and its base URL.
  */
 export async function startApi(
   appUrl: string,
   env: Record<string, string> = {},
+  entry: ServerEntry = API_ENTRY,
 ): Promise<ApiProcess> {
-  const process = startServerProcess(['--role', 'api'], {
+  const process = startScriptProcess(entry.script, [...entry.args], {
     DATABASE__URL: appUrl,
     DATABASE__POOL_MAX: '5',
     HTTP__PORT: '0',
@@ -159,54 +173,6 @@ export async function keysInProgress(owner: Sql): Promise<string[]> {
   const rows = await owner<{ key: string }[]>`
     select key from idempotency_keys where state <> 'completed' or response_status is null`;
   return rows.map((r) => r.key);
-}
-
-/**
- * The ledger's invariants (as in test/ledger.test.ts), read from the tables
- * as the owner: the accounts are exactly those opened by the test with the
- * recorded opening balances; every balance is its opening balance plus the
- * transfers in minus the transfers out, and not negative; the balances add up
- * to the opening balances.
- *
- * @param t the test.
- * @param owner a pool as the owner role.
- * @param openings opening balances by account id.
- */
-export async function assertLedgerInvariants(
-  t: Test,
-  owner: Sql,
-  openings: ReadonlyMap<string, bigint>,
-): Promise<void> {
-  const rows = await owner<
-    { id: string; balance: string; opening: string; incoming: string; outgoing: string }[]
-  >`
-    select a.id,
-           a.balance::text as balance,
-           a.opening_balance::text as opening,
-           coalesce((select sum(x.amount) from ledger_transfers x where x.to_account_id = a.id), 0)::text as incoming,
-           coalesce((select sum(x.amount) from ledger_transfers x where x.from_account_id = a.id), 0)::text as outgoing
-      from ledger_accounts a
-     order by a.id`;
-  t.same(
-    rows.map((r) => r.id),
-    [...openings.keys()].sort(),
-    'invariant: the accounts are exactly those the test opened',
-  );
-  let sumBalances = 0n;
-  let sumOpenings = 0n;
-  for (const row of rows) {
-    const balance = BigInt(row.balance);
-    t.equal(BigInt(row.opening), openings.get(row.id), `invariant: ${row.id} kept its opening`);
-    t.equal(
-      balance,
-      BigInt(row.opening) + BigInt(row.incoming) - BigInt(row.outgoing),
-      `invariant: ${row.id} balance = opening + incoming - outgoing`,
-    );
-    t.ok(balance >= 0n, `invariant: ${row.id} balance is not negative`);
-    sumBalances += balance;
-    sumOpenings += openings.get(row.id) ?? 0n;
-  }
-  t.equal(sumBalances, sumOpenings, 'invariant: the balances add up to the opening balances');
 }
 
 /**
