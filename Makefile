@@ -3,33 +3,55 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
+
+# The Node.js every step runs with (npm ci, tsc, eslint, tap, the server, the
+# bench): the node on PATH when it satisfies engines.node of package.json,
+# else the version pinned in nodeRuntime, installed once from the npm
+# registry into .runtime/ after an integrity check (scripts/node-runtime.mjs).
+# It names the node it chose in one line.
+NODE_DIR := $(shell node scripts/node-runtime.mjs)
+ifneq ($(.SHELLSTATUS),0)
+$(error no usable Node.js: see the line above (bootstrapping needs a node and npm on PATH))
+endif
+export PATH := $(NODE_DIR):$(PATH)
 NODE_BIN := node_modules/.bin
 STAMP := node_modules/.install-stamp
 ROLE ?= all
 ARGS ?=
+# The display name for make principal, passed through the environment so no
+# quoting in it can reach the shell.
+export NAME
 
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: bench soak browser-deps help install build run migrate test check lint typecheck format-check boundaries docs docs-check migrations-check text-check migration-commit clean
+.PHONY: node-version principal bench soak browser-deps help install build run migrate test check lint typecheck format-check boundaries docs docs-check migrations-check text-check migration-commit clean
+
+node-version: ## print the version of the node every step runs with
+	@node --version
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
 
 $(STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
-	@touch $(STAMP)
+	@node --version > $(STAMP)
 
 install: $(STAMP) ## install dependencies (npm ci) when needed
 
-build: install ## compile TypeScript to dist/
-	rm -rf dist
-	$(NODE_BIN)/tsc -p tsconfig.build.json
+build: install ## compile TypeScript to dist/ (built beside, then swapped in: a running server keeps working)
+	rm -rf dist.next
+	$(NODE_BIN)/tsc -p tsconfig.build.json --outDir dist.next
+	rm -rf dist && mv dist.next dist
 
 run: build ## start the server (role all) on an embedded PostgreSQL 18, migrating first
 	node dist/apps/server/main.js --role $(ROLE) --migrate $(ARGS)
 
-migrate: build ## apply committed migrations and exit
+migrate: build ## apply committed migrations and exit (also while make run is up)
 	node dist/apps/server/main.js migrate $(ARGS)
+
+principal: build ## create a principal and print its token once (NAME="..."; also while make run is up)
+	@if [ -z "$${NAME:-}" ]; then echo 'make principal needs NAME="display name"' >&2; exit 2; fi
+	node dist/apps/server/main.js principal create --name "$$NAME" $(ARGS)
 
 browser-deps: ## install Debian's chromium for the browser test when it is missing
 	@if [ ! -x "$(CHROMIUM)" ]; then \
@@ -42,7 +64,9 @@ browser-deps: ## install Debian's chromium for the browser test when it is missi
 test: install browser-deps ## run every test against a real PostgreSQL 18
 	$(NODE_BIN)/tap
 
-bench: install ## benchmarks on a durable embedded PostgreSQL 18 (ARGS="--seconds 15 --publish")
+bench: build ## benchmarks on a durable embedded PostgreSQL 18 (ARGS="--seconds 15 --publish")
+	rm -rf dist-bench
+	$(NODE_BIN)/tsc -p tsconfig.bench.json
 	$(NODE_BIN)/tsx test/bench/run.ts $(ARGS)
 
 soak: install ## the reliability suite's long variants (SOAK=1)
@@ -79,4 +103,4 @@ check: install typecheck lint format-check boundaries docs-check migrations-chec
 	$(NODE_BIN)/tap
 
 clean: ## remove build output and local data
-	rm -rf dist .tap coverage
+	rm -rf dist dist.next dist-bench .tap coverage

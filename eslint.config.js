@@ -8,6 +8,9 @@ export default tseslint.config(
     ignores: [
       'node_modules/**',
       'dist/**',
+      'dist.next/**',
+      'dist-bench/**',
+      '.runtime/**',
       '.tap/**',
       '.data/**',
       'coverage/**',
@@ -36,6 +39,20 @@ export default tseslint.config(
       ],
       '@typescript-eslint/no-floating-promises': 'error',
       '@typescript-eslint/explicit-module-boundary-types': 'error',
+    },
+  },
+  {
+    // The runtime bootstrap runs before any dependency is installed, on any
+    // Node.js: plain JavaScript, typed by its .d.mts, linted without types.
+    files: ['scripts/*.mjs'],
+    ...tseslint.configs.disableTypeChecked,
+    languageOptions: {
+      ...tseslint.configs.disableTypeChecked.languageOptions,
+      globals: { process: 'readonly' },
+    },
+    rules: {
+      ...tseslint.configs.disableTypeChecked.rules,
+      '@typescript-eslint/explicit-module-boundary-types': 'off',
     },
   },
   {

@@ -107,8 +107,7 @@ export class InMemoryUnitOfWork implements UnitOfWork {
   }
 
   private newTransaction(): TxState {
-    let resolve!: (committed: boolean) => void;
-    const ended = new Promise<boolean>((r) => (resolve = r));
+    const { promise: ended, resolve } = Promise.withResolvers<boolean>();
     let open = true;
     let failure: Error | undefined;
     const undo: (() => void)[] = [];

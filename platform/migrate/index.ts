@@ -6,7 +6,6 @@
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Logger, migrate } from 'graphile-migrate';
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -19,7 +18,7 @@ const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
  * @throws Error when no such folder exists (a broken installation).
  */
 export function projectRoot(): string {
-  let dir = path.dirname(fileURLToPath(import.meta.url));
+  let dir = import.meta.dirname;
   for (;;) {
     if (existsSync(path.join(dir, 'package.json')) && existsSync(path.join(dir, 'migrations'))) {
       return dir;

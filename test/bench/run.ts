@@ -78,6 +78,15 @@ const SEEDED_KEYS = positive('keys', cli.keys);
 const BURSTS = positive('bursts', cli.bursts);
 const RUNS = positive('runs', cli.runs);
 const ONLY = new Set(cli.only.split(',').filter((x) => x !== ''));
+/** The runtime package.json pins (nodeRuntime.version): every figure says whether it ran on it. */
+const PINNED_NODE = (
+  JSON.parse(await fs.readFile(path.join(projectRoot(), 'package.json'), 'utf8')) as {
+    nodeRuntime: { version: string };
+  }
+).nodeRuntime.version;
+if (process.version !== `v${PINNED_NODE}`) {
+  log(`warning: running on Node.js ${process.version}, not the pinned v${PINNED_NODE}`);
+}
 const wanted = (id: string): boolean => ONLY.size === 0 || ONLY.has(id);
 const BURST_SIZE = 64;
 /** The longest window measured while the cleanup runs. */
@@ -101,7 +110,12 @@ async function startServer(script: string, args: string[], env: Record<string, s
   const profile = cli['cpu-prof']
     ? ['--cpu-prof', `--cpu-prof-dir=${path.join(projectRoot(), '.bench-results', 'profiles')}`]
     : [];
-  const child = spawn(process.execPath, [...profile, '--import', 'tsx', script, ...args], {
+  // The built JavaScript, as `make run` serves it (make bench builds first).
+  const built = path.join(projectRoot(), script);
+  await fs.access(built).catch(() => {
+    throw new Error(`${script} is missing: run the bench through make bench, which builds it`);
+  });
+  const child = spawn(process.execPath, [...profile, built, ...args], {
     cwd: projectRoot(),
     env: {
       PATH: process.env['PATH'] ?? '/usr/bin:/bin',
@@ -246,7 +260,7 @@ async function main(): Promise<void> {
     const auth = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
     const config = loadConfig({ env: { DATABASE__URL: target.appUrl } });
     const env = { DATABASE__URL: target.appUrl };
-    const ours = await startServer('apps/server/main.ts', ['--role', 'api'], env);
+    const ours = await startServer('dist/apps/server/main.js', ['--role', 'api'], env);
     servers.push(ours);
     const serverPid = ours.child.pid!;
     const unkeyed = (): LoadRequest => ({ headers: auth, body: transferBody(accounts) });
@@ -421,7 +435,7 @@ async function main(): Promise<void> {
 
     // The peer library in place of ours.
     if (wanted('peer')) {
-      const peer = await startServer('test/bench/peer-server.ts', [], env);
+      const peer = await startServer('dist-bench/test/bench/peer-server.js', [], env);
       servers.push(peer);
       scenarios.push(
         await run('peer', 'peer library, keyed, in memory', keyed, peer, peer.child.pid!),
@@ -449,6 +463,7 @@ async function main(): Promise<void> {
       cpuModel: os.cpus()[0]?.model ?? 'unknown',
       memoryGiB: Math.round(os.totalmem() / 2 ** 30),
       node: process.version,
+      nodePinned: `v${PINNED_NODE}`,
       postgres: settings.find((s) => s.name === 'server_version')?.setting ?? 'unknown',
       settings: Object.fromEntries(settings.map((s) => [s.name, s.setting])),
     };

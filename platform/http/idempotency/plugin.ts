@@ -240,16 +240,13 @@ function idempotency(
         if (!finished) return null;
       }
       // No holder now, and nothing has run since the check: register.
-      let resolve!: () => void;
-      const mine = new Promise<void>((r) => {
-        resolve = r;
-      });
+      const { promise: mine, resolve } = Promise.withResolvers<undefined>();
       inflight.set(flightKey, mine);
       return {
         waited,
         release: () => {
           if (inflight.get(flightKey) === mine) inflight.delete(flightKey);
-          resolve();
+          resolve(undefined);
         },
       };
     } finally {
