@@ -14,6 +14,7 @@ import {
   newQuickstartKeys,
   QUICKSTART_AMOUNTS,
   quickstartScript,
+  shellWord,
   type LocalPrincipalDeps,
 } from './first-run.js';
 
@@ -40,9 +41,18 @@ void t.test('the quickstart sequence uses the given address, token and keys', (t
     'UUIDv7 keys',
   );
   t.equal(new Set([keys.accountA, keys.accountB, keys.transfer]).size, 3);
-  const script = quickstartScript({ baseUrl: 'http://127.0.0.1:4321', token: 'tok_x.y', keys });
+  const script = quickstartScript({
+    baseUrl: 'http://127.0.0.1:4321',
+    tokenFile: '/srv/pg/local-principal.json',
+    keys,
+  });
   t.match(script, /^# 1\. /);
-  t.match(script, /\nBASE=http:\/\/127\.0\.0\.1:4321\nTOKEN=tok_x\.y\n/);
+  t.ok(
+    script.includes(
+      `\nBASE=http://127.0.0.1:4321\nTOKEN=$(sed -E 's/.*"token":"([^"]+)".*/\\1/' /srv/pg/local-principal.json)\n`,
+    ),
+    'the token is read from its file',
+  );
   t.equal(script.split(`Idempotency-Key: ${keys.accountA}'`).length, 2);
   t.equal(script.split(`Idempotency-Key: ${keys.accountB}'`).length, 2);
   t.equal(script.split(`Idempotency-Key: ${keys.transfer}'`).length, 3, 'the transfer twice');
@@ -51,6 +61,14 @@ void t.test('the quickstart sequence uses the given address, token and keys', (t
   t.match(script, `"opening_balance":${String(openingB)}`);
   t.match(script, `A holds ${String(openingA - transfer)}, B holds ${String(openingB + transfer)}`);
   t.ok(script.endsWith('\n'));
+  t.end();
+});
+
+void t.test('a token file path is quoted for the shell only when it must be', (t) => {
+  t.equal(shellWord('/srv/data/pg/local-principal.json'), '/srv/data/pg/local-principal.json');
+  t.equal(shellWord('/home/a b/x.json'), "'/home/a b/x.json'");
+  t.equal(shellWord("/tmp/it's/x.json"), "'/tmp/it'\\''s/x.json'");
+  t.equal(shellWord('/tmp/$HOME/x'), "'/tmp/$HOME/x'");
   t.end();
 });
 
@@ -158,12 +176,15 @@ void t.test('the banner names the listener, the principal and prints the sequenc
   const first = await firstRunBanner(banner);
   t.match(first, /^\nsvc is up \(role all\) on http:\/\/127\.0\.0\.1:4321\n/);
   t.match(first, `Created the principal "${LOCAL_PRINCIPAL_NAME}"`);
-  t.match(first, `Its token is kept in ${deps.file} (mode 0600).`);
+  t.match(first, `Its token is kept in ${deps.file} (mode 0600), never printed.`);
   const saved = JSON.parse(await fs.readFile(deps.file, 'utf8')) as { token: string };
-  t.match(first, `\nBASE=http://127.0.0.1:4321\nTOKEN=${saved.token}\n`);
+  const reads = `\nTOKEN=$(sed -E 's/.*"token":"([^"]+)".*/\\1/' ${shellWord(deps.file)})\n`;
+  t.ok(first.includes(`\nBASE=http://127.0.0.1:4321${reads}`), 'the sequence reads the token file');
+  t.notOk(first.includes(saved.token), 'the token itself is not printed');
   const second = await firstRunBanner(banner);
   t.match(second, `Using the principal "${LOCAL_PRINCIPAL_NAME}"`);
-  t.match(second, `\nTOKEN=${saved.token}\n`);
+  t.ok(second.includes(reads));
+  t.notOk(second.includes(saved.token));
   const keysOf = (s: string): string[] =>
     [...s.matchAll(/Idempotency-Key: ([^']+)'/g)].map((m) => m[1] ?? '');
   t.not(keysOf(first)[0], keysOf(second)[0], 'each start prints fresh keys');

@@ -1,10 +1,12 @@
 /**
  * The first-run experience of `make run`: on the embedded PostgreSQL, the
  * api listener makes sure a local principal exists, keeps its token next to
- * the embedded data (so a restart shows it again) and prints a copy-paste
- * curl sequence that opens two accounts, moves money once and repeats the
- * transfer to show the stored answer coming back with `Idempotent-Replay:
- * true`. The README's quickstart is this sequence, and a test keeps the two
+ * the embedded data (so a restart uses it again) and prints, on standard
+ * error, a copy-paste curl sequence that reads the token from that file (the
+ * token itself is never printed: standard output carries the JSON log lines,
+ * and a terminal's scrollback is no place for a credential). The sequence
+ * opens two accounts, moves money once and repeats the transfer to show the
+ * stored answer coming back with `Idempotent-Replay: true`. The README's quickstart is this sequence, and a test keeps the two
  * equal.
  *
  * Whether the local principal exists is told by the token file and the
@@ -47,8 +49,11 @@ export interface QuickstartKeys {
 export interface QuickstartValues {
   /** Where the api listener answers, e.g. `http://127.0.0.1:3000`. */
   readonly baseUrl: string;
-  /** A bearer token of the caller. */
-  readonly token: string;
+  /**
+   * The token file of the caller ({@link localPrincipalFile}): the sequence
+   * reads the bearer token from it, so the token itself is never printed.
+   */
+  readonly tokenFile: string;
   /** The idempotency keys of the three keyed requests. */
   readonly keys: QuickstartKeys;
 }
@@ -67,14 +72,26 @@ export function newQuickstartKeys(clock: Clock): QuickstartKeys {
 }
 
 /**
- * Renders the copy-paste shell sequence of the quickstart: five commented
- * steps for sh-compatible shells with curl and sed.
+ * Quotes a path for sh: bare when it holds only characters no shell treats
+ * specially, else in single quotes (a single quote inside written `'\''`).
  *
- * @param values base URL, token and keys; none needs shell quoting (tokens
- *   are `tok_` followed by letters, digits, `-`, `_` and `.`).
+ * @param file the path.
+ * @returns the shell word.
+ */
+export function shellWord(file: string): string {
+  return /^[A-Za-z0-9_./-]+$/.test(file) ? file : `'${file.replace(/'/g, `'\\''`)}'`;
+}
+
+/**
+ * Renders the copy-paste shell sequence of the quickstart: five commented
+ * steps for sh-compatible shells with curl and sed. The token is read from
+ * its file by the sequence (tokens are `tok_` followed by letters, digits,
+ * `-`, `_` and `.`, so sed can cut it out of the JSON).
+ *
+ * @param values base URL, token file and keys.
  * @returns the sequence, ending with a newline.
  * @example
- * process.stdout.write(quickstartScript({ baseUrl, token, keys: newQuickstartKeys(clock) }));
+ * process.stderr.write(quickstartScript({ baseUrl, tokenFile, keys: newQuickstartKeys(clock) }));
  */
 export function quickstartScript(values: QuickstartValues): string {
   const { openingA, openingB, transfer } = QUICKSTART_AMOUNTS;
@@ -92,9 +109,9 @@ export function quickstartScript(values: QuickstartValues): string {
   const read = (variable: string): string =>
     `curl -s -w '\\n' "$BASE/api/v1/accounts/$${variable}" ${auth}\n`;
   return (
-    `# 1. Where the server listens, and the token of the local principal.\n` +
+    `# 1. Where the server listens, and the token of the local principal (read from its file).\n` +
     `BASE=${values.baseUrl}\n` +
-    `TOKEN=${values.token}\n` +
+    `TOKEN=$(sed -E 's/.*"token":"([^"]+)".*/\\1/' ${shellWord(values.tokenFile)})\n` +
     `\n` +
     `# 2. Open two accounts (amounts are integers in minor units); keep their ids.\n` +
     open('A', values.keys.accountA, 'Checking', openingA) +
@@ -273,11 +290,11 @@ export async function firstRunBanner(deps: BannerDeps): Promise<string> {
       ? `Created the principal "${LOCAL_PRINCIPAL_NAME}" (${local.principalId}).`
       : `Using the principal "${LOCAL_PRINCIPAL_NAME}" (${local.principalId}) made by an earlier run.`;
   return (
-    `${head}${origin} Its token is kept in ${deps.file} (mode 0600).\n` +
-    `Try the API (copy and paste into a shell):\n\n` +
+    `${head}${origin} Its token is kept in ${deps.file} (mode 0600), ` +
+    `never printed.\nTry the API (copy and paste into a shell):\n\n` +
     quickstartScript({
       baseUrl: deps.address,
-      token: local.token,
+      tokenFile: deps.file,
       keys: newQuickstartKeys(deps.clock),
     }) +
     `\n`

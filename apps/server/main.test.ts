@@ -114,9 +114,75 @@ void t.test(
     );
     t.ok(
       p.lines.some(
-        (l) => l['msg'] === 'start-up failed' && JSON.stringify(l).includes('EADDRINUSE'),
+        (l) =>
+          l['msg'] === 'start-up failed' &&
+          l['reason'] ===
+            `metrics.worker_port ${String(port)} is in use by another process: stop it, or set METRICS__WORKER_PORT`,
       ),
-      'the structured log names the cause',
+      'the structured log names the cause and the key',
     );
   },
 );
+
+void t.test('expected failures of the command line are one line, without a stack', async (t) => {
+  const db = await testDatabase(t);
+  const closed = net.createServer();
+  await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+  const closedPort = (closed.address() as net.AddressInfo).port;
+  await new Promise<void>((resolve) => {
+    closed.close(() => {
+      resolve();
+    });
+  });
+
+  const unreachable = startServerProcess(['principal', 'create', '--name', 'X'], {
+    DATABASE__URL: `postgres://app:secret@127.0.0.1:${String(closedPort)}/app`,
+  });
+  t.equal(await unreachable.exited, 1);
+  t.match(
+    unreachable.stderr(),
+    new RegExp(
+      `^cannot reach PostgreSQL at 127\\.0\\.0\\.1:${String(closedPort)} \\(database\\.url\\): .*ECONNREFUSED.*\\n$`,
+    ),
+  );
+
+  const url = new URL(db.appUrl);
+  url.password = 'wrong';
+  const refused = startServerProcess(['migrate'], {
+    DATABASE__URL: url.href,
+    DATABASE__OWNER_URL: url.href,
+    LOG__LEVEL: 'fatal',
+  });
+  t.equal(await refused.exited, 1);
+  t.match(
+    refused.stderr(),
+    /^PostgreSQL at 127\.0\.0\.1:\d+ \(database\.url\) refused the credentials: .+\n$/,
+  );
+
+  const blocker = net.createServer();
+  await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+  t.teardown(
+    () =>
+      new Promise<void>((resolve) => {
+        blocker.close(() => {
+          resolve();
+        });
+      }),
+  );
+  const port = (blocker.address() as net.AddressInfo).port;
+  const taken = startServerProcess(['--role', 'api'], {
+    DATABASE__URL: db.appUrl,
+    HTTP__PORT: String(port),
+  });
+  t.equal(await taken.exited, 1);
+  t.equal(
+    taken.stderr(),
+    `http.port ${String(port)} is in use by another process: stop it, or set HTTP__PORT\n`,
+  );
+  const fatal = taken.lines.find((l) => l['msg'] === 'start-up failed');
+  t.equal(
+    fatal?.['reason'],
+    `http.port ${String(port)} is in use by another process: stop it, or set HTTP__PORT`,
+  );
+  t.notOk(JSON.stringify(fatal).includes('    at '), 'the log line carries no stack either');
+});

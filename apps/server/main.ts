@@ -16,10 +16,8 @@ import { createPrincipalWithToken } from '../../modules/identity/index.js';
 import { openDatabase, type DatabaseTarget } from '../../platform/pg/database.js';
 import { buildApp, type App } from './app.js';
 import { firstRunBanner, localPrincipalFile } from './first-run.js';
-import { parseCommandLine, USAGE, UsageError, type Command } from './cli.js';
-
-/** Exit status for a command line or configuration the server cannot use. */
-const EXIT_USAGE = 2;
+import { parseCommandLine, USAGE, type Command } from './cli.js';
+import { describeFailure, type FailureContext } from './failure.js';
 
 async function migrate(target: DatabaseTarget, logger: Logger): Promise<void> {
   if (target.ownerUrl === undefined) {
@@ -95,8 +93,10 @@ async function serve(
       logger.info({ address, role: command.role }, 'listening');
       if (target.embedded !== undefined) {
         // Only the local embedded database gets a principal made for it: an
-        // operator's own database is never written to unasked.
-        process.stdout.write(
+        // operator's own database is never written to unasked. The banner is
+        // for a person: it goes to standard error, standard output being the
+        // JSON log stream (docs/DECISIONS.md, "the first-run banner").
+        process.stderr.write(
           await firstRunBanner({
             identity: app.identity,
             clock: systemClock,
@@ -111,30 +111,61 @@ async function serve(
       logger.info({ role: command.role }, 'started');
     }
   } catch (err) {
-    logger.fatal({ err }, 'start-up failed');
+    const report = describeFailure(err, failureContext(config));
+    // An expected condition is logged by its one line; a bug with its stack.
+    if (report.expected) logger.fatal({ reason: report.text.trim() }, 'start-up failed');
+    else logger.fatal({ err }, 'start-up failed');
     await app?.close().catch(() => undefined);
     await target.close().catch(() => undefined);
     throw err;
   }
 }
 
-async function main(argv: readonly string[]): Promise<void> {
-  let command: Command;
-  let config: Config;
+function failureContext(config: Config | undefined): FailureContext {
+  return {
+    databaseUrl:
+      config === undefined || config.database.url === '' ? undefined : config.database.url,
+    httpPort: config?.http.port,
+    metricsWorkerPort: config?.metrics.worker_port,
+  };
+}
+
+async function createPrincipal(
+  command: Extract<Command, { kind: 'principal-create' }>,
+  config: Config,
+): Promise<void> {
+  // A running `make run` holds the embedded server: use it rather than refuse.
+  const target = await openDatabase(config.database, { shareRunning: true });
+  const sql = createSql(target.appUrl, { max: 2, applicationName: `${config.app.name}-cli` });
   try {
-    command = parseCommandLine(argv);
-    if (command.kind === 'help') {
-      process.stdout.write(`${USAGE}\n`);
-      return;
-    }
-    config = loadConfigFromProcess(command.configPath);
-  } catch (err) {
-    if (err instanceof UsageError || err instanceof ConfigError) {
-      process.stderr.write(`${err.message}\n`);
-      process.exit(EXIT_USAGE);
-    }
-    throw err;
+    const db = new PgDatabase(sql);
+    const uow = new PgUnitOfWork(db, {
+      lockTimeoutMs: config.database.lock_timeout,
+      statementTimeoutMs: config.database.statement_timeout,
+      transactionTimeoutMs: config.database.transaction_timeout,
+      retryMax: config.database.tx_retry_max,
+    });
+    const created = await createPrincipalWithToken(
+      { db, uow, clock: systemClock },
+      { displayName: command.name, kind: command.principalKind },
+    );
+    process.stdout.write(
+      `principal ${created.principalId} (${command.principalKind}) created\n` +
+        `token (shown once, keep it secret): ${created.token}\n`,
+    );
+  } finally {
+    await sql.end({ timeout: 5 });
+    await target.close();
   }
+}
+
+async function main(argv: readonly string[]): Promise<void> {
+  const command = parseCommandLine(argv);
+  if (command.kind === 'help') {
+    process.stdout.write(`${USAGE}\n`);
+    return;
+  }
+  config = loadConfigFromProcess(command.configPath);
   const logger = createLogger({ appName: config.app.name, level: config.log.level });
   // Backstops: a rejection nobody handled is a bug to log, not a reason to
   // drop every in-flight request; an uncaught exception leaves the process in
@@ -149,7 +180,7 @@ async function main(argv: readonly string[]): Promise<void> {
     process.exit(1);
   });
   if (command.kind === 'migrate') {
-    const target = await openDatabase(config.database);
+    const target = await openDatabase(config.database, { shareRunning: true });
     try {
       await migrate(target, logger);
     } finally {
@@ -158,36 +189,17 @@ async function main(argv: readonly string[]): Promise<void> {
     return;
   }
   if (command.kind === 'principal-create') {
-    const target = await openDatabase(config.database);
-    const sql = createSql(target.appUrl, { max: 2, applicationName: `${config.app.name}-cli` });
-    try {
-      const db = new PgDatabase(sql);
-      const uow = new PgUnitOfWork(db, {
-        lockTimeoutMs: config.database.lock_timeout,
-        statementTimeoutMs: config.database.statement_timeout,
-        transactionTimeoutMs: config.database.transaction_timeout,
-        retryMax: config.database.tx_retry_max,
-      });
-      const created = await createPrincipalWithToken(
-        { db, uow, clock: systemClock },
-        { displayName: command.name, kind: command.principalKind },
-      );
-      process.stdout.write(
-        `principal ${created.principalId} (${command.principalKind}) created\n` +
-          `token (shown once, keep it secret): ${created.token}\n`,
-      );
-    } finally {
-      await sql.end({ timeout: 5 });
-      await target.close();
-    }
+    await createPrincipal(command, config);
     return;
   }
   await serve(command, config, logger);
 }
 
+/** The configuration once loaded: failures after that name its keys. */
+let config: Config | undefined;
+
 main(process.argv.slice(2)).catch((err: unknown) => {
-  process.stderr.write(
-    `${err instanceof ConfigError ? err.message : String((err as Error).stack ?? err)}\n`,
-  );
-  process.exit(err instanceof ConfigError ? EXIT_USAGE : 1);
+  const report = describeFailure(err, failureContext(config));
+  process.stderr.write(report.text);
+  process.exit(report.exitCode);
 });

@@ -80,10 +80,18 @@ export function createSql(url: string, options: SqlOptions): Sql {
 export async function assertServerVersion(sql: Sql): Promise<number> {
   const [row] = await sql<{ v: string }[]>`select current_setting('server_version_num') as v`;
   const major = Math.floor(Number(row?.v) / 10000);
-  if (!(major >= MIN_SERVER_VERSION)) {
-    throw new Error(
-      `PostgreSQL ${MIN_SERVER_VERSION} or newer is required (transaction_timeout); the server is version ${String(major)}`,
+  if (!(major >= MIN_SERVER_VERSION)) throw new ServerVersionError(major);
+  return major;
+}
+
+/** The server is older than {@link MIN_SERVER_VERSION}; the message is one printable line. */
+export class ServerVersionError extends Error {
+  override readonly name = 'ServerVersionError';
+
+  /** @param major the server's major version. */
+  constructor(readonly major: number) {
+    super(
+      `PostgreSQL ${String(MIN_SERVER_VERSION)} or newer is required (transaction_timeout); the server is version ${String(major)}`,
     );
   }
-  return major;
 }

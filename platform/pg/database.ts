@@ -38,16 +38,32 @@ export const EMBEDDED_DATABASE = 'app';
 const OWNER_ROLE = 'app_owner';
 const APP_ROLE = 'app_user';
 
+/** Options of {@link openDatabase}. */
+export interface OpenDatabaseOptions {
+  /**
+   * Use the embedded server another live process (a running `serve`) has
+   * started on the same folder, instead of refusing: for short admin
+   * commands (`migrate`, `principal create`). Such a target's `close()`
+   * leaves the server running; its holder stops it. A server process never
+   * shares: the one that starts the embedded server is the one that stops it.
+   */
+  readonly shareRunning?: boolean;
+}
+
 /**
  * Resolves the database target, starting the embedded server when no URL is
- * configured.
+ * configured (or, with `shareRunning`, using the one already running there).
  *
  * @param settings the `database` group of the configuration.
+ * @param options whether a running embedded server may be shared.
  * @returns the target; call `close()` at shutdown.
  * @throws Error when `database.url` is not a postgres URL or the embedded
- *   server cannot start.
+ *   server cannot start; EmbeddedInUseError when another process holds it.
  */
-export async function openDatabase(settings: DatabaseSettings): Promise<DatabaseTarget> {
+export async function openDatabase(
+  settings: DatabaseSettings,
+  options: OpenDatabaseOptions = {},
+): Promise<DatabaseTarget> {
   if (settings.url !== '') {
     const appRole = roleOf('database.url', settings.url);
     if (settings.owner_url !== '') roleOf('database.owner_url', settings.owner_url);
@@ -60,6 +76,18 @@ export async function openDatabase(settings: DatabaseSettings): Promise<Database
     };
   }
   const rootDir = path.resolve(settings.embedded_data_dir);
+  const running = options.shareRunning ? await EmbeddedPostgres.running(rootDir) : undefined;
+  if (running !== undefined) {
+    // Its holder made the roles and the database when it started.
+    const roles = await embeddedRoles(rootDir);
+    return {
+      appUrl: running.urlFor(roles.app.name, roles.app.password, EMBEDDED_DATABASE),
+      ownerUrl: running.urlFor(roles.owner.name, roles.owner.password, EMBEDDED_DATABASE),
+      appRole: roles.app.name,
+      embedded: running,
+      close: () => Promise.resolve(),
+    };
+  }
   const pg = await EmbeddedPostgres.start({ rootDir, port: settings.embedded_port });
   try {
     const roles = await embeddedRoles(rootDir);

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
 import { createSql } from './client.js';
-import { EmbeddedPostgres } from './embedded.js';
+import { EmbeddedInUseError, EmbeddedPostgres } from './embedded.js';
 
 void t.test(
   'a second process cannot take over a data folder in use; a stale lock is reclaimed (found by review)',
@@ -27,5 +27,46 @@ void t.test(
     const second = await EmbeddedPostgres.start({ rootDir: root, port: 0, ephemeral: true });
     t.teardown(() => second.stop('immediate'));
     t.ok(second.port > 0, 'started over a stale lock');
+  },
+);
+
+void t.test(
+  'a running server is found through its lock, which records where it listens',
+  async (t) => {
+    const root = await fs.mkdtemp(path.join(os.tmpdir(), 'embedded-running-'));
+    t.teardown(() => fs.rm(root, { recursive: true, force: true }));
+    t.equal(await EmbeddedPostgres.running(root), undefined, 'nothing runs in an empty folder');
+    const first = await EmbeddedPostgres.start({ rootDir: root, port: 0, ephemeral: true });
+    t.teardown(() => first.stop('immediate'));
+    const lockFile = path.join(root, 'server.lock');
+    t.same(JSON.parse(await fs.readFile(lockFile, 'utf8')), { pid: process.pid, port: first.port });
+
+    const found = await EmbeddedPostgres.running(root);
+    t.equal(found?.port, first.port, 'the recorded port');
+    const sql = createSql(found?.adminUrl() ?? '', { max: 1, applicationName: 'running-test' });
+    const [row] = await sql<{ one: number }[]>`select 1 as one`;
+    t.equal(row?.one, 1, 'reachable with the credentials kept beside the data');
+    await sql.end();
+
+    // A holder that has not recorded its port yet is still starting.
+    await fs.writeFile(lockFile, JSON.stringify({ pid: process.pid }));
+    t.equal(await EmbeddedPostgres.running(root), undefined, 'no port yet: not usable');
+    const refusal = await EmbeddedPostgres.start({ rootDir: root, port: 0, ephemeral: true }).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    t.ok(refusal instanceof EmbeddedInUseError);
+    t.match(
+      (refusal as Error).message,
+      /in use by process \d+ \(still starting\): try again in a moment$/,
+    );
+    t.notMatch((refusal as Error).message, /\n/, 'one line');
+
+    // A holder that is gone is no server to use.
+    await fs.writeFile(lockFile, JSON.stringify({ pid: 2147483646, port: first.port }));
+    t.equal(await EmbeddedPostgres.running(root), undefined, 'a dead holder');
+    await fs.writeFile(lockFile, 'not a lock');
+    t.equal(await EmbeddedPostgres.running(root), undefined, 'an unreadable lock');
+    await fs.writeFile(lockFile, JSON.stringify({ pid: process.pid, port: first.port }));
   },
 );

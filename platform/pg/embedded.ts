@@ -246,6 +246,7 @@ export class EmbeddedPostgres {
           '-o',
           serverOptions,
         ]);
+        await recordPort(rootDir, port);
         return new EmbeddedPostgres(rootDir, port, binaries, credentials);
       } catch (err) {
         lastError = err;
@@ -309,6 +310,27 @@ export class EmbeddedPostgres {
   }
 
   /**
+   * Finds the server another live process runs on this folder, as recorded
+   * in its lock, so a short-lived process (an admin command) can use it
+   * without starting or stopping anything. The handle's `stop` must not be
+   * called: the holder stops its server.
+   *
+   * @param rootDir the folder given at start.
+   * @returns a handle on the running server, or undefined when no live
+   *   process holds the folder with a running server and a recorded port.
+   */
+  static async running(rootDir: string): Promise<EmbeddedPostgres | undefined> {
+    const root = path.resolve(rootDir);
+    const holder = await readLock(root);
+    if (holder?.port === undefined || !alive(holder.pid)) {
+      return undefined;
+    }
+    const binaries = await resolveBinaries();
+    if (!(await isRunning(binaries, path.join(root, 'data')))) return undefined;
+    return EmbeddedPostgres.attach(root, holder.port);
+  }
+
+  /**
    * Re-attaches to a cluster started by another process.
    *
    * @param rootDir the folder given at start.
@@ -325,38 +347,110 @@ export class EmbeddedPostgres {
 }
 
 /**
+ * The embedded cluster's folder is held by another live process: the one
+ * that started its server and will stop it. Its message is one line fit to
+ * print as it is.
+ */
+export class EmbeddedInUseError extends Error {
+  override readonly name = 'EmbeddedInUseError';
+
+  /**
+   * @param rootDir the cluster's folder.
+   * @param holder the pid of the process holding it.
+   * @param port where its server listens, when it has recorded it yet.
+   */
+  constructor(
+    readonly rootDir: string,
+    readonly holder: number,
+    readonly port: number | undefined,
+  ) {
+    super(
+      `the embedded PostgreSQL in ${rootDir} is in use by process ${String(holder)}` +
+        (port === undefined
+          ? ' (still starting): try again in a moment'
+          : ': stop that server first, or set database.embedded_data_dir to another folder'),
+    );
+  }
+}
+
+/** What `server.lock` holds: who runs the server, and once it is up, where it listens. */
+interface LockContent {
+  readonly pid: number;
+  readonly port: number | undefined;
+}
+
+const LOCK_FILE = 'server.lock';
+
+/**
+ * Reads the folder's lock. It holds JSON `{"pid":N,"port":P}` (the port once
+ * the server listens); a bare pid, as earlier versions wrote it, is read too.
+ *
+ * @param rootDir the cluster's folder.
+ * @returns the holder, or undefined when there is no readable lock.
+ */
+async function readLock(rootDir: string): Promise<LockContent | undefined> {
+  const text = (await fs.readFile(path.join(rootDir, LOCK_FILE), 'utf8').catch(() => '')).trim();
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  const { pid, port } =
+    typeof value === 'number'
+      ? { pid: value, port: undefined }
+      : ((value ?? {}) as Partial<LockContent>);
+  if (typeof pid !== 'number' || !Number.isInteger(pid) || pid <= 0) return undefined;
+  return { pid, port: typeof port === 'number' && Number.isInteger(port) ? port : undefined };
+}
+
+/**
  * Takes the folder's lock (`server.lock`, holding the pid of the process that
  * runs the server): a second process, or a second start in this one, must
  * not stop a server another one is using. A lock whose process is gone is
  * stale and taken over.
  *
  * @param rootDir the cluster's folder.
- * @throws Error naming the process that holds the folder.
+ * @throws EmbeddedInUseError naming the process that holds the folder.
  */
 async function takeLock(rootDir: string): Promise<void> {
-  const lockFile = path.join(rootDir, 'server.lock');
+  const lockFile = path.join(rootDir, LOCK_FILE);
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
-      await fs.writeFile(lockFile, String(process.pid), { flag: 'wx', mode: 0o600 });
+      await fs.writeFile(lockFile, JSON.stringify({ pid: process.pid }), {
+        flag: 'wx',
+        mode: 0o600,
+      });
       return;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
-    const holder = Number((await fs.readFile(lockFile, 'utf8').catch(() => '')).trim());
-    if (Number.isInteger(holder) && holder > 0 && alive(holder)) {
-      throw new Error(
-        `the embedded PostgreSQL in ${rootDir} is in use by process ${String(holder)}: stop that server, or set database.embedded_data_dir to another folder`,
-      );
+    const holder = await readLock(rootDir);
+    if (holder !== undefined && alive(holder.pid)) {
+      throw new EmbeddedInUseError(rootDir, holder.pid, holder.port);
     }
     await fs.rm(lockFile, { force: true });
   }
   throw new Error(`could not take the lock ${lockFile}`);
 }
 
+/**
+ * Records in the lock this process holds where its server listens, so that
+ * other processes (the CLI's admin commands) can reach it. Written beside
+ * and renamed over: a reader sees the old content or the new, never half.
+ *
+ * @param rootDir the cluster's folder.
+ * @param port the server's port.
+ */
+async function recordPort(rootDir: string, port: number): Promise<void> {
+  const temporary = path.join(rootDir, `${LOCK_FILE}.${String(process.pid)}.tmp`);
+  await fs.writeFile(temporary, JSON.stringify({ pid: process.pid, port }), { mode: 0o600 });
+  await fs.rename(temporary, path.join(rootDir, LOCK_FILE));
+}
+
 async function releaseLock(rootDir: string): Promise<void> {
-  const lockFile = path.join(rootDir, 'server.lock');
-  const holder = (await fs.readFile(lockFile, 'utf8').catch(() => '')).trim();
-  if (holder === String(process.pid)) await fs.rm(lockFile, { force: true });
+  const holder = await readLock(rootDir);
+  if (holder?.pid === process.pid) await fs.rm(path.join(rootDir, LOCK_FILE), { force: true });
 }
 
 function alive(pid: number): boolean {

@@ -1,8 +1,9 @@
 /**
  * What `make run` does on a fresh data directory: the server starts its
  * embedded PostgreSQL, migrates, creates the local principal and prints a
- * sequence that works as printed (real port, real token); a restart on the
- * same data prints the same token with fresh keys.
+ * sequence on standard error that works as printed (real port, the real
+ * token file; the token itself is never printed); a restart on the same
+ * data uses the same token, with fresh keys.
  */
 import fs from 'node:fs/promises';
 import os from 'node:os';
@@ -13,14 +14,22 @@ import { startServerProcess, type ServerProcess } from '../harness/process.js';
 import { captureStdout, stopProcesses } from './processes.js';
 import { printedQuickstart, runScript } from './quickstart-script.js';
 
-/** Resolves once the process has printed the whole sequence; rejects if it exits first. */
-async function banner(p: ServerProcess, out: () => string): Promise<string> {
-  while (!out().includes('"$BASE/api/v1/accounts/$B"')) {
+/**
+ * Resolves once the process has printed the whole sequence on standard
+ * error; rejects if it exits first.
+ */
+async function banner(p: ServerProcess): Promise<string> {
+  while (!p.stderr().includes('"$BASE/api/v1/accounts/$B"')) {
     if (p.child.exitCode !== null || p.child.signalCode !== null)
       throw new Error(`server exited before printing; stderr: ${p.stderr()}`);
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  return out();
+  return p.stderr();
+}
+
+/** The line of the sequence that reads the token from its file. */
+function tokenLine(file: string): string {
+  return `\nTOKEN=$(sed -E 's/.*"token":"([^"]+)".*/\\1/' ${file})\n`;
 }
 
 void t.test('make run on a fresh data directory prints a sequence that works', async (t) => {
@@ -42,7 +51,8 @@ void t.test('make run on a fresh data directory prints a sequence that works', a
 
   const first = startServerProcess(['--role', 'all', '--migrate'], env);
   processes.push(first);
-  const firstOut = await banner(first, captureStdout(first));
+  const firstStdout = captureStdout(first);
+  const firstOut = await banner(first);
   t.match(firstOut, /is up \(role all\) on http:\/\/127\.0\.0\.1:\d+\n/);
   t.match(firstOut, /Created the principal "Local developer"/);
   const file = path.join(dataDir, LOCAL_PRINCIPAL_FILE);
@@ -50,7 +60,10 @@ void t.test('make run on a fresh data directory prints a sequence that works', a
   const saved = JSON.parse(await fs.readFile(file, 'utf8')) as { token: string };
 
   const script = printedQuickstart(firstOut);
-  t.match(script, `\nTOKEN=${saved.token}\n`, 'the real token');
+  t.ok(script.includes(tokenLine(file)), 'the sequence reads the real token file');
+  t.notOk(firstOut.includes(saved.token), 'the token is not printed on standard error');
+  t.notOk(firstStdout().includes(saved.token), 'nor on standard output');
+  t.notOk(firstStdout().includes('# 1. '), 'the banner is not on the JSON log stream');
   const run = await runScript(script);
   const [openA, openB, transfer, replay, readA, readB] = run.results;
   t.same(
@@ -71,10 +84,13 @@ void t.test('make run on a fresh data directory prints a sequence that works', a
 
   const second = startServerProcess(['--role', 'api'], env);
   processes.push(second);
-  const secondOut = await banner(second, captureStdout(second));
+  const secondStdout = captureStdout(second);
+  const secondOut = await banner(second);
   t.match(secondOut, /Using the principal "Local developer"/);
   const again = printedQuickstart(secondOut);
-  t.match(again, `\nTOKEN=${saved.token}\n`, 'the same token after a restart');
+  t.ok(again.includes(tokenLine(file)), 'the same token file after a restart');
+  t.notOk(secondOut.includes(saved.token) || secondStdout().includes(saved.token), 'never printed');
+  t.equal((await runScript(again)).results[0]?.status, 201, 'and its token still works');
   const keysOf = (text: string): string[] =>
     [...text.matchAll(/Idempotency-Key: ([^']+)'/g)].map((m) => m[1] ?? '');
   t.equal(keysOf(again).length, 4);

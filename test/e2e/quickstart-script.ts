@@ -8,6 +8,7 @@
  * - blank lines, `# comments` and lines continued with a trailing backslash;
  * - `NAME=word` assignments;
  * - `NAME=$(curl ... | sed -E 's/REGEX/REPLACEMENT/')` captures;
+ * - `NAME=$(sed -E 's/REGEX/REPLACEMENT/' FILE)` captures of a file;
  * - `curl` with `-s`, `-i`, `-w FORMAT`, `-X METHOD`, `-H 'Name: value'`,
  *   `-d BODY` and one URL;
  * - words in single quotes, double quotes (with `\"`, `\\`, `\$` and
@@ -40,6 +41,12 @@ type Step =
       readonly kind: 'capture';
       readonly name: string;
       readonly curl: Curl;
+      readonly sed: { readonly pattern: RegExp; readonly replacement: string };
+    }
+  | {
+      readonly kind: 'read';
+      readonly name: string;
+      readonly file: readonly Part[];
       readonly sed: { readonly pattern: RegExp; readonly replacement: string };
     }
   | { readonly kind: 'curl'; readonly curl: Curl };
@@ -222,7 +229,7 @@ function parseSed(
 ): Extract<Step, { kind: 'capture' }>['sed'] {
   const [command, option, script, ...rest] = args.map(literal);
   if (command !== 'sed' || option !== '-E' || script === undefined || rest.length > 0) {
-    throw new Error(`only "sed -E 's/REGEX/REPLACEMENT/'" is understood, got: ${line}`);
+    throw new Error(`only "sed -E 's/REGEX/REPLACEMENT/' [FILE]" is understood, got: ${line}`);
   }
   const m = /^s\/((?:[^/\\]|\\.)*)\/((?:[^/\\]|\\.)*)\/$/.exec(script);
   if (m?.[1] === undefined || m[2] === undefined) {
@@ -248,6 +255,17 @@ function parseScript(script: string): { source: string; step: Step }[] {
     if (capture?.[1] !== undefined && capture[2] !== undefined) {
       const tokens = tokenize(capture[2]);
       const pipe = tokens.findIndex((t) => t.kind === 'pipe');
+      const first = tokens[0];
+      if (pipe < 0 && first?.kind === 'word' && literal(first.parts) === 'sed') {
+        const args = words(tokens, line);
+        const file = args[3];
+        if (file === undefined) throw new Error(`sed without a file: ${line}`);
+        steps.push({
+          source: line,
+          step: { kind: 'read', name: capture[1], file, sed: parseSed(args.slice(0, 3), line) },
+        });
+        continue;
+      }
       if (pipe < 0) throw new Error(`a capture without sed: ${line}`);
       steps.push({
         source: line,
@@ -359,6 +377,16 @@ export async function runScript(
   for (const { source, step } of parseScript(script)) {
     if (step.kind === 'assign') {
       variables.set(step.name, overrides[step.name] ?? expand(step.value, variables));
+    } else if (step.kind === 'read') {
+      const override = overrides[step.name];
+      const text =
+        override ??
+        (await fs.readFile(expand(step.file, variables), 'utf8'))
+          .split('\n')
+          .map((l) => l.replace(step.sed.pattern, step.sed.replacement))
+          .join('\n')
+          .replace(/\n+$/, '');
+      variables.set(step.name, text);
     } else if (step.kind === 'capture') {
       const result = await runCurl(source, step.curl, variables);
       results.push(result);

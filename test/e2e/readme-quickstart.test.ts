@@ -15,7 +15,8 @@ import { readmeQuickstart, runScript } from './quickstart-script.js';
 void t.test('the README quickstart is exactly what make run prints', async (t) => {
   const block = await readmeQuickstart();
   const base = /^BASE=(.+)$/m.exec(block)?.[1] ?? '';
-  const token = /^TOKEN=(.+)$/m.exec(block)?.[1] ?? '';
+  const tokenFile = /^TOKEN=\$\(sed -E '[^']+' (.+)\)$/m.exec(block)?.[1] ?? '';
+  t.equal(tokenFile, '.data/pg/local-principal.json', 'the token is read from its file');
   const keys = [...block.matchAll(/Idempotency-Key: ([^']+)'/g)].map((m) => m[1] ?? '');
   t.equal(keys.length, 4, 'two accounts and the transfer twice');
   t.ok(
@@ -28,7 +29,7 @@ void t.test('the README quickstart is exactly what make run prints', async (t) =
     block,
     quickstartScript({
       baseUrl: base,
-      token,
+      tokenFile,
       keys: { accountA: keys[0] ?? '', accountB: keys[1] ?? '', transfer: keys[2] ?? '' },
     }),
   );
