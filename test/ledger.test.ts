@@ -653,3 +653,40 @@ void t.test(
     await assertInvariants(t, l);
   },
 );
+
+void t.test(
+  'a body naming a member twice is refused on every route, pointer at the member, nothing stored',
+  async (t) => {
+    const l = await ledger(t);
+    const a = await open(t, l, l.k.alice, 'A', 100);
+    const b = await open(t, l, l.k.alice, 'B', 0);
+    // The last duplicate would win in JSON.parse; another parser may keep the
+    // first: a parser differential on money is refused outright (RFC 7493).
+    const smuggled = `{"from_account_id":"${a.id}","to_account_id":"${b.id}","amount":1,"amount":100}`;
+    for (const headers of [{}, { 'idempotency-key': newId() }]) {
+      const res = await transfer(l, l.k.alice, smuggled, headers);
+      t.equal(res.statusCode, 400, res.body);
+      const problem = res.json<ProblemBody>();
+      t.equal(problem.code, 'validation_failed');
+      t.same(problem.errors, [{ pointer: '#body/amount', code: 'duplicate_member' }]);
+    }
+    const nested = await request(
+      l,
+      l.k.alice,
+      'PATCH',
+      `/api/v1/accounts/${a.id}`,
+      '{"name":"x","name":"y"}',
+      { 'if-match': `"${String(a.version)}"` },
+    );
+    t.equal(nested.statusCode, 400, nested.body);
+    t.same(nested.json<ProblemBody>().errors, [
+      { pointer: '#body/name', code: 'duplicate_member' },
+    ]);
+    t.equal(await transferCount(l), 0, 'no transfer');
+    const [keys] = await l.k.tdb.owner<{ n: string }[]>`
+      select count(*)::text as n from idempotency_keys`;
+    t.equal(keys?.n, '0', 'no key stored for the refused keyed request');
+    t.equal(await balanceOf(l, a.id), 100n);
+    await assertInvariants(t, l);
+  },
+);

@@ -2,15 +2,18 @@
  * The JSON body parser of every route: keeps the raw bytes (the idempotency
  * fingerprint is computed from them), refuses invalid UTF-8, prototype
  * poisoning, and strings PostgreSQL's jsonb cannot store (U+0000, lone
- * surrogates), each as `400 validation_failed` with pointer `#body`.
+ * surrogates), each as `400 validation_failed` with pointer `#body`, and a
+ * member named twice in one object (pointer at that member, code
+ * `duplicate_member`).
  */
 import type { FastifyRequest } from 'fastify';
 import { problem } from '../../kernel/errs/index.js';
-import { MAX_JSON_DEPTH, parseJsonStrict } from '../jsoncanon/index.js';
+import { jsonPointer, MAX_JSON_DEPTH, parseJsonStrict } from '../jsoncanon/index.js';
 
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 const DETAIL: Readonly<Record<string, string>> = {
+  duplicate_member: 'The body names a member twice in one object.',
   invalid_json: 'The body is not valid JSON.',
   invalid_utf8: 'The body is not valid UTF-8.',
   lone_surrogate: 'The body holds a lone UTF-16 surrogate, which cannot be stored.',
@@ -20,9 +23,9 @@ const DETAIL: Readonly<Record<string, string>> = {
   too_deep: `The body nests arrays and objects deeper than ${String(MAX_JSON_DEPTH)} levels.`,
 };
 
-function refuse(code: string): Error {
+function refuse(code: string, pointer = '#body'): Error {
   return problem('validation_failed', DETAIL[code] ?? 'The body is not valid.', {
-    errors: [{ pointer: '#body', code }],
+    errors: [{ pointer, code }],
   });
 }
 
@@ -54,5 +57,7 @@ export function jsonBodyParser(
   }
   const parsed = parseJsonStrict(text);
   if (parsed.ok) done(null, parsed.value);
+  else if (parsed.reason === 'duplicate_member')
+    done(refuse(parsed.reason, `#body${jsonPointer(parsed.path)}`));
   else done(refuse(parsed.reason));
 }

@@ -36,8 +36,22 @@ export function canonicalJson(value: unknown): string {
  * @returns true when a duplicate exists.
  */
 export function hasDuplicateMembers(text: string): boolean {
+  return findDuplicateMember(text) !== undefined;
+}
+
+/** A path into a JSON value: member names and array indices. */
+export type JsonPath = readonly (string | number)[];
+
+/**
+ * The first member an object in a JSON text names twice, comparing names
+ * after unescaping (`"a"` and `"\u0061"` are the same name).
+ *
+ * @param text a JSON text; comments and trailing commas count as invalid.
+ * @returns the path of the repeated member, or undefined when none repeats.
+ */
+export function findDuplicateMember(text: string): JsonPath | undefined {
   const stack: Set<string>[] = [];
-  let duplicate = false;
+  let found: JsonPath | undefined;
   visit(
     text,
     {
@@ -47,16 +61,27 @@ export function hasDuplicateMembers(text: string): boolean {
       onObjectEnd: () => {
         stack.pop();
       },
-      onObjectProperty: (name) => {
+      onObjectProperty: (name, _offset, _length, _line, _column, pathSupplier) => {
         const names = stack[stack.length - 1];
-        if (names === undefined) return;
-        if (names.has(name)) duplicate = true;
+        if (names === undefined || found !== undefined) return;
+        if (names.has(name)) found = [...pathSupplier(), name];
         names.add(name);
       },
     },
     { disallowComments: true, allowTrailingComma: false },
   );
-  return duplicate;
+  return found;
+}
+
+/**
+ * A JSON pointer (RFC 6901) for a path: `~` written `~0`, `/` written `~1`.
+ *
+ * @param path member names and array indices.
+ * @returns the pointer, `''` for the whole value.
+ * @example jsonPointer(['a', 1, 'b/c']) // '/a/1/b~1c'
+ */
+export function jsonPointer(path: JsonPath): string {
+  return path.map((p) => `/${String(p).replace(/~/g, '~0').replace(/\//g, '~1')}`).join('');
 }
 
 /** The body part of the fingerprint, and how it was derived. */
@@ -101,6 +126,12 @@ export type StrictParse =
       readonly ok: false;
       readonly reason:
         'invalid_json' | 'lone_surrogate' | 'nul_character' | 'prototype_poisoning' | 'too_deep';
+    }
+  | {
+      readonly ok: false;
+      readonly reason: 'duplicate_member';
+      /** The member named a second time. */
+      readonly path: JsonPath;
     };
 
 /**
@@ -171,8 +202,8 @@ function findBadString(value: unknown): 'lone_surrogate' | 'nul_character' | und
 /**
  * Parses a request body as JSON the way every route of this server does:
  * bodies nested deeper than {@link MAX_JSON_DEPTH} are refused, prototype
- * poisoning (`__proto__`, `constructor.prototype`) is refused, and
- * so are strings PostgreSQL's jsonb cannot store (U+0000, lone surrogates),
+ * poisoning (`__proto__`, `constructor.prototype`) is refused, a member
+ * named twice in one object is refused (with its path), and so are strings PostgreSQL's jsonb cannot store (U+0000, lone surrogates),
  * so such a body is a 400 at parse time rather than a 500 at write time.
  *
  * @param text the body as text.
@@ -195,6 +226,11 @@ export function parseJsonStrict(text: string): StrictParse {
     }
     return { ok: false, reason: 'prototype_poisoning' };
   }
+  // JSON.parse kept the last of two equal names; another parser (a proxy, an
+  // auditor, a client library) may keep the first. A body that means two
+  // things is refused (RFC 7493, I-JSON).
+  const duplicate = findDuplicateMember(text);
+  if (duplicate !== undefined) return { ok: false, reason: 'duplicate_member', path: duplicate };
   const bad = findBadString(value);
   return bad === undefined ? { ok: true, value } : { ok: false, reason: bad };
 }

@@ -3,6 +3,7 @@ import {
   canonicalBody,
   canonicalJson,
   hasDuplicateMembers,
+  jsonPointer,
   MAX_JSON_DEPTH,
   parseJsonStrict,
 } from './index.js';
@@ -127,5 +128,40 @@ void t.test('bodies nested deeper than MAX_JSON_DEPTH are refused before parsing
     { ok: true, value: { s: `"${'{'.repeat(100)}` } },
     'escaped quotes',
   );
+  t.end();
+});
+
+void t.test('parseJsonStrict refuses a duplicate member and points at it (RFC 7493)', (t) => {
+  t.same(parseJsonStrict('{"amount":1,"amount":1000000}'), {
+    ok: false,
+    reason: 'duplicate_member',
+    path: ['amount'],
+  });
+  t.same(
+    parseJsonStrict('{"a":[{"x":1},{"b":{"c":1,"\\u0063":2}}]}'),
+    { ok: false, reason: 'duplicate_member', path: ['a', 1, 'b', 'c'] },
+    'nested in arrays and objects, compared after unescaping',
+  );
+  t.same(parseJsonStrict('{"a/b~c":1,"a/b~c":2}'), {
+    ok: false,
+    reason: 'duplicate_member',
+    path: ['a/b~c'],
+  });
+  t.same(
+    parseJsonStrict('{"a":{"x":1},"b":{"x":1}}'),
+    {
+      ok: true,
+      value: { a: { x: 1 }, b: { x: 1 } },
+    },
+    'the same name in two objects is no duplicate',
+  );
+  t.end();
+});
+
+void t.test('a JSON pointer escapes ~ and / (RFC 6901)', (t) => {
+  t.equal(jsonPointer([]), '');
+  t.equal(jsonPointer(['amount']), '/amount');
+  t.equal(jsonPointer(['a', 1, 'b']), '/a/1/b');
+  t.equal(jsonPointer(['a/b~c']), '/a~1b~0c');
   t.end();
 });

@@ -297,7 +297,12 @@ function checkAnswer(a: RawAnswer): Problem | undefined {
 
 const pointers = (p: Problem | undefined) => (p?.errors ?? []).map((e) => `${e.pointer} ${e.code}`);
 const isParseRefusal = (p: Problem | undefined) =>
-  p?.status === 400 && p.errors?.some((e) => e.pointer === '#body' && PARSE_CODES.has(e.code));
+  p?.status === 400 &&
+  p.errors?.some(
+    (e) =>
+      (e.pointer === '#body' && PARSE_CODES.has(e.code)) ||
+      (e.code === 'duplicate_member' && e.pointer.startsWith('#body/')),
+  );
 const isKeyRefusal = (p: Problem | undefined) =>
   p?.status === 400 && p.errors?.some((e) => e.pointer === '#header/Idempotency-Key');
 const isQueryRefusal = (p: Problem | undefined) =>
@@ -977,7 +982,8 @@ void t.test(
           (x) =>
             x.pointer === '#header/Idempotency-Key' ||
             x.pointer === '#query' ||
-            (x.pointer === '#body' && PARSE_CODES.has(x.code)),
+            (x.pointer === '#body' && PARSE_CODES.has(x.code)) ||
+            x.code === 'duplicate_member',
         )
       );
     });

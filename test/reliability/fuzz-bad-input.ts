@@ -1403,8 +1403,9 @@ function badStrings(value: unknown): string[] {
 
 /**
  * What the body parser must do with these bytes: the design refuses invalid
- * UTF-8, invalid JSON, nesting deeper than 64, prototype poisoning, U+0000
- * and lone surrogates (400, never stored) and bodies over the limit (413).
+ * UTF-8, invalid JSON, nesting deeper than 64, prototype poisoning, a member
+ * named twice in one object (I-JSON), U+0000 and lone surrogates (400, never
+ * stored) and bodies over the limit (413).
  * A leading byte order mark makes valid UTF-8 `invalid_json`, whatever
  * follows (docs/api/README.md; RFC 8259 section 8.1 lets a parser refuse it).
  */
@@ -1429,7 +1430,61 @@ export function bodyVerdict(bytes: Buffer): BodyVerdict {
   }
   const codes = badStrings(value);
   if (depthOf(value) > MAX_DEPTH) codes.push('too_deep');
+  else if (namesAMemberTwice(text)) codes.push('duplicate_member');
   return codes.length > 0 ? { kind: 'refused', codes } : { kind: 'json' };
+}
+
+/**
+ * Whether an object in a valid JSON text names a member twice, names
+ * compared after unescaping: the oracle's own scan, independent of the
+ * server's parser. The text must be valid JSON nested at most
+ * {@link MAX_DEPTH} deep (the scan recurses).
+ */
+function namesAMemberTwice(text: string): boolean {
+  let i = 0;
+  let found = false;
+  const skipSpace = () => {
+    while (i < text.length && ' \t\n\r'.includes(text.charAt(i))) i++;
+  };
+  const string = (): string => {
+    const start = i++;
+    while (text.charAt(i) !== '"') i += text.charAt(i) === '\\' ? 2 : 1;
+    i++;
+    return JSON.parse(text.slice(start, i)) as string;
+  };
+  const value = (): void => {
+    skipSpace();
+    const c = text.charAt(i);
+    if (c === '{' || c === '[') {
+      i++;
+      const names = new Set<string>();
+      skipSpace();
+      if (text.charAt(i) === (c === '{' ? '}' : ']')) {
+        i++;
+        return;
+      }
+      for (;;) {
+        if (c === '{') {
+          skipSpace();
+          const name = string();
+          if (names.has(name)) found = true;
+          names.add(name);
+          skipSpace();
+          i++; // the colon
+        }
+        value();
+        skipSpace();
+        if (text.charAt(i++) !== ',') return;
+      }
+    }
+    if (c === '"') {
+      string();
+      return;
+    }
+    while (i < text.length && !',]} \t\n\r'.includes(text.charAt(i))) i++;
+  };
+  value();
+  return found;
 }
 
 /** The members of a route's valid body, as name and raw JSON text, for a variant. */

@@ -160,7 +160,7 @@ export type KeyChoice =
  * How the body is sent: three equivalent JSON texts of the same value
  * (`compact`, `spaced` with members reversed and whitespace, `escaped` with
  * a `\u` escape); `duplicate`, the same value with the label member twice
- * (its raw bytes are the fingerprint); a broken JSON text; or a JSON text
+ * (refused: bodies are I-JSON); a broken JSON text; or a JSON text
  * sent as text/plain.
  */
 export type BodyForm = 'compact' | 'spaced' | 'escaped' | 'duplicate' | 'broken' | 'text';
@@ -388,6 +388,16 @@ function plan(req: Req): Plan {
   if (req.body === 'broken') {
     return { kind: 'reject', status: 400, code: 'validation_failed', pointer: '#body' };
   }
+  if (req.body === 'duplicate') {
+    // I-JSON: a member named twice is refused on every route (RFC 7493).
+    return {
+      kind: 'reject',
+      status: 400,
+      code: 'validation_failed',
+      pointer: '#body/label',
+      error: 'duplicate_member',
+    };
+  }
   // The plugin acts only on flagged routes for an authenticated principal.
   if (route.keyed === false || req.who === 'anon') return { kind: 'plain' };
   if (req.key.kind === 'none') {
@@ -439,13 +449,12 @@ export function slotOf(req: Req): string | null {
 
 /**
  * The model's fingerprint: method, path (without the query), preconditions
- * and the JSON value of the body (its raw bytes when a member name repeats),
- * as the specification defines it.
+ * and the JSON value of the body, as the specification defines it.
  */
 function fingerprintOf(tag: string, req: Req): string {
   const route = ROUTES[req.route];
-  const body =
-    req.body === 'duplicate' ? `raw:${payloadOf(tag, req)}` : sortedJson(bodyValue(tag, req));
+  // A duplicate member never gets this far (plan() refuses it).
+  const body = sortedJson(bodyValue(tag, req));
   return `${route.method}\n${route.path}\n${JSON.stringify([req.ifMatch, req.ifNoneMatch])}\n${body}`;
 }
 
