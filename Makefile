@@ -38,10 +38,10 @@ $(STAMP): package.json package-lock.json
 
 install: $(STAMP) ## install dependencies (npm ci) when needed
 
-build: install ## compile TypeScript to dist/ (built beside, then swapped in: a running server keeps working)
-	rm -rf dist.next
-	$(NODE_BIN)/tsc -p tsconfig.build.json --outDir dist.next
-	rm -rf dist && mv dist.next dist
+build: install ## compile TypeScript to dist/ (built beside, then swapped in by renames)
+	next="dist.next.$$$$"; old="dist.old.$$$$"; rm -rf "$$next"; \
+	  $(NODE_BIN)/tsc -p tsconfig.build.json --outDir "$$next"; \
+	  if [ -e dist ]; then mv dist "$$old"; fi; mv "$$next" dist; rm -rf "$$old"
 
 run: build ## start the server (role all) on an embedded PostgreSQL 18, migrating first
 	node dist/apps/server/main.js --role $(ROLE) --migrate $(ARGS)
@@ -103,4 +103,4 @@ check: install typecheck lint format-check boundaries docs-check migrations-chec
 	$(NODE_BIN)/tap
 
 clean: ## remove build output and local data
-	rm -rf dist dist.next dist-bench .tap coverage
+	rm -rf dist dist.next.* dist.old.* dist-bench .tap coverage

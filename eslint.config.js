@@ -8,7 +8,8 @@ export default tseslint.config(
     ignores: [
       'node_modules/**',
       'dist/**',
-      'dist.next/**',
+      'dist.next.*/**',
+      'dist.old.*/**',
       'dist-bench/**',
       '.runtime/**',
       '.tap/**',

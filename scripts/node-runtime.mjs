@@ -121,7 +121,14 @@ export function readPin(root) {
  *   `path`: the current node is suitable; `pinned`: install or reuse the pinned one.
  */
 export function chooseNode(current, pin) {
-  return satisfiesCaret(current.version, pin.range)
+  let suitable;
+  try {
+    suitable = satisfiesCaret(current.version, pin.range);
+  } catch {
+    // A prerelease or nightly build (v24.12.0-nightly...) is no supported release.
+    suitable = false;
+  }
+  return suitable
     ? { kind: 'path', execPath: current.execPath }
     : { kind: 'pinned', version: pin.version };
 }
@@ -170,6 +177,26 @@ export function installDir(runtimeDir, version, key) {
   return path.join(runtimeDir, `node-v${version}-${key}`);
 }
 
+/**
+ * Removes staging folders of installs whose process is gone (an interrupted
+ * make), so they do not pile up.
+ *
+ * @param {string} runtimeDir the installation folder.
+ */
+function removeAbandonedStaging(runtimeDir) {
+  if (!fs.existsSync(runtimeDir)) return;
+  for (const name of fs.readdirSync(runtimeDir)) {
+    const m = /^\.staging-(\d+)-/.exec(name);
+    if (m === null) continue;
+    try {
+      process.kill(Number(m[1]), 0);
+    } catch (err) {
+      if (err.code === 'ESRCH')
+        fs.rmSync(path.join(runtimeDir, name), { recursive: true, force: true });
+    }
+  }
+}
+
 function versionOf(nodeBin) {
   return execFileSync(nodeBin, ['--version'], { encoding: 'utf8' }).trim();
 }
@@ -192,7 +219,17 @@ export function ensurePinned(pin, runtimeDir, host) {
   const key = `${host.platform}-${host.arch}`;
   const target = installDir(runtimeDir, pin.version, key);
   const marker = path.join(target, '.complete');
-  if (fs.existsSync(marker)) return target;
+  if (fs.existsSync(marker)) {
+    if (fs.existsSync(path.join(target, 'bin', 'node'))) return target;
+    throw new Error(`${target} is incomplete (no bin/node): remove that folder and run make again`);
+  }
+  if (fs.existsSync(target)) {
+    // Installs are renamed into place with their marker: this is not one.
+    throw new Error(
+      `${target} was not installed by make (no .complete): remove it and run make again`,
+    );
+  }
+  removeAbandonedStaging(runtimeDir);
   const expected = pin.integrity[key];
   if (typeof expected !== 'string') {
     throw new Error(
@@ -215,16 +252,18 @@ export function ensurePinned(pin, runtimeDir, host) {
       // inside the installer, and can stall it.
       const env = { ...process.env };
       delete env.NODE_OPTIONS;
-      execFileSync('npm', ['pack', spec, '--pack-destination', staging, '--silent'], {
+      execFileSync('npm', ['pack', spec, '--pack-destination', staging, '--loglevel=error'], {
         stdio: ['ignore', 'ignore', 'pipe'],
         encoding: 'utf8',
         env,
         timeout: 600_000,
       });
     } catch (err) {
-      const detail = String(err.stderr ?? err.message)
-        .trim()
-        .split('\n')[0];
+      const detail =
+        String(err.stderr || err.message || '')
+          .trim()
+          .split('\n')
+          .find((line) => line.trim() !== '') ?? `exit status ${String(err.status)}`;
       throw new Error(`npm pack ${spec} failed: ${detail}`);
     }
     const tarball = fs.readdirSync(staging).find((f) => f.endsWith('.tgz'));

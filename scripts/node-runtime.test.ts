@@ -112,6 +112,11 @@ void t.test('the node on PATH is used when it is in range, the pinned one otherw
     kind: 'pinned',
     version: '24.22.3',
   });
+  t.same(
+    chooseNode({ version: 'v24.12.0-nightly20251201abc', execPath: '/opt/nightly/node' }, pin),
+    { kind: 'pinned', version: '24.22.3' },
+    'a nightly build is no supported release',
+  );
   t.end();
 });
 
@@ -149,6 +154,40 @@ void t.test('a download that does not match the pin installs nothing', (t) => {
   t.same(fs.readdirSync(dir), [], 'no staging folder left behind');
   t.end();
 });
+
+void t.test(
+  'the pinned runtime installs from the npm registry, is reused, and a damaged one is named',
+  (t) => {
+    const dir = tempDir(t);
+    const pin = readPin(ROOT);
+    const key = `${HOST.platform}-${HOST.arch}`;
+    const abandoned = path.join(dir, '.staging-2147483646-dead');
+    fs.mkdirSync(abandoned);
+    const installed = ensurePinned(pin, dir, HOST);
+    t.equal(installed, installDir(dir, pin.version, key));
+    const bin = path.join(installed, 'bin', 'node');
+    t.equal(execFileSync(bin, ['--version'], { encoding: 'utf8' }).trim(), `v${pin.version}`);
+    t.equal(
+      fs.readFileSync(path.join(installed, '.complete'), 'utf8'),
+      `${pin.integrity[key] ?? ''}\n`,
+      'the marker records the hash it was checked against',
+    );
+    t.notOk(fs.existsSync(abandoned), "an interrupted install's staging folder is removed");
+    t.same(fs.readdirSync(dir), [path.basename(installed)], 'nothing but the runtime is left');
+    t.equal(ensurePinned(pin, dir, HOST), installed, 'reused as it is');
+    fs.rmSync(bin);
+    t.throws(
+      () => ensurePinned(pin, dir, HOST),
+      /is incomplete \(no bin\/node\): remove that folder/,
+    );
+    fs.rmSync(path.join(installed, '.complete'));
+    t.throws(
+      () => ensurePinned(pin, dir, HOST),
+      /was not installed by make \(no \.complete\): remove it/,
+    );
+    t.end();
+  },
+);
 
 void t.test('a platform without a pinned hash is told what to do', (t) => {
   const dir = tempDir(t);
@@ -193,26 +232,41 @@ void t.test("run by the machine's own node, the script picks by that node's vers
   }
 });
 
-void t.test('make names the node it uses in one line, and runs every step with it', async (t) => {
-  // Standard input is not a socket (as a child's pipes are): bash would then
-  // read the system bashrc, as it does for a remote shell.
-  const make = spawn(
-    'make',
-    ['--no-print-directory', '-s', '-f', path.join(ROOT, 'Makefile'), 'node-version'],
-    {
-      cwd: ROOT,
-      env: { PATH: `${path.dirname(process.execPath)}:/usr/bin:/bin`, HOME: os.tmpdir() },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
-  let stdout = '';
-  let stderr = '';
-  make.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-  make.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-  const code = await new Promise((resolve) => make.on('exit', resolve));
-  t.equal(code, 0, stderr);
-  const lines = stderr.split('\n').filter((l) => l !== '');
-  t.equal(lines.length, 1, stderr);
-  t.match(lines[0], /^node v24\.\d+\.\d+: /);
-  t.equal(stdout.trim(), process.version, 'the recipe ran the node make named');
-});
+void t.test(
+  "make names the node it uses in one line and runs every step with it: with the machine's node first on PATH",
+  async (t) => {
+    // Standard input is not a socket (as a child's pipes are): bash would then
+    // read the system bashrc, as it does for a remote shell.
+    const make = spawn(
+      'make',
+      ['--no-print-directory', '-s', '-f', path.join(ROOT, 'Makefile'), 'node-version'],
+      {
+        cwd: ROOT,
+        env: { PATH: '/usr/bin:/bin', HOME: os.tmpdir(), NODE_RUNTIME_DIR: RUNTIME_DIR },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let stdout = '';
+    let stderr = '';
+    make.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    make.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const code = await new Promise((resolve) => make.on('exit', resolve));
+    t.equal(code, 0, stderr);
+    const lines = stderr.split('\n').filter((l) => l !== '');
+    t.equal(lines.length, 1, stderr);
+    const machine = execFileSync('/usr/bin/node', ['--version'], { encoding: 'utf8' }).trim();
+    const pin = readPin(ROOT);
+    if (satisfiesCaret(machine, pin.range)) {
+      t.match(lines[0], `node ${machine}: /usr/bin/node (on PATH, satisfies ${pin.range})`);
+      t.equal(stdout.trim(), machine);
+    } else {
+      t.match(lines[0], `node v${pin.version}: `);
+      t.match(lines[0], `(the pinned copy; the node on PATH is ${machine}, outside ${pin.range})`);
+      t.equal(
+        stdout.trim(),
+        `v${pin.version}`,
+        'the recipe ran the pinned node, not the one on PATH',
+      );
+    }
+  },
+);

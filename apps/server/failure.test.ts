@@ -1,6 +1,7 @@
 import t from 'tap';
 import { ConfigError } from '../../platform/config/index.js';
 import { ServerVersionError } from '../../platform/pg/client.js';
+import { EmbeddedStartError } from '../../platform/pg/embedded.js';
 import { testDatabase } from '../../test/harness/db.js';
 import { UsageError } from './cli.js';
 import { describeFailure, EXIT_FAILURE, EXIT_USAGE } from './failure.js';
@@ -42,6 +43,30 @@ void t.test('what a real PostgreSQL answers is named in one line', async (t) => 
       external,
     ).text,
     'PostgreSQL at db.example:6543 (database.url): database "x" does not exist\n',
+  );
+  t.equal(
+    describeFailure(
+      Object.assign(new Error('terminating connection due to administrator command'), {
+        code: '57P01',
+      }),
+      embedded,
+    ).text,
+    'the embedded PostgreSQL is shutting down or starting up (terminating connection due to administrator command): try again in a moment\n',
+  );
+  t.equal(
+    describeFailure(
+      Object.assign(new Error('password authentication failed'), { code: '28P01' }),
+      external,
+    ).text,
+    'PostgreSQL at db.example:6543 refused the credentials (database.url or database.owner_url): password authentication failed\n',
+  );
+  t.equal(
+    describeFailure(
+      new EmbeddedStartError('embedded PostgreSQL did not start: x\nlog tail'),
+      embedded,
+    ).text,
+    'embedded PostgreSQL did not start: x\nlog tail\n',
+    'the log tail is kept, without a stack',
   );
   t.equal(
     describeFailure(new ServerVersionError(16), embedded).text,

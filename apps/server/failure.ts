@@ -6,7 +6,7 @@
  * keeps its stack.
  */
 import { ConfigError } from '../../platform/config/index.js';
-import { EmbeddedInUseError } from '../../platform/pg/embedded.js';
+import { EmbeddedInUseError, EmbeddedStartError } from '../../platform/pg/embedded.js';
 import { ServerVersionError } from '../../platform/pg/client.js';
 import { UsageError } from './cli.js';
 
@@ -61,7 +61,7 @@ function databaseName(context: FailureContext): string {
   if (context.databaseUrl === undefined) return 'the embedded PostgreSQL';
   try {
     const url = new URL(context.databaseUrl);
-    return `PostgreSQL at ${url.host} (database.url)`;
+    return `PostgreSQL at ${url.host}`;
   } catch {
     return 'PostgreSQL (database.url)';
   }
@@ -81,7 +81,11 @@ function expectedLine(
   if (err instanceof UsageError || err instanceof ConfigError) {
     return { line: err.message, usage: true };
   }
-  if (err instanceof EmbeddedInUseError || err instanceof ServerVersionError) {
+  if (
+    err instanceof EmbeddedInUseError ||
+    err instanceof EmbeddedStartError ||
+    err instanceof ServerVersionError
+  ) {
     return { line: err.message, usage: false };
   }
   if (typeof err !== 'object' || err === null) return undefined;
@@ -89,17 +93,31 @@ function expectedLine(
   const code = typeof e.code === 'string' ? e.code : undefined;
   const message = typeof e.message === 'string' ? e.message.split('\n')[0] : '';
   if (code !== undefined && CONNECTION_CODES.has(code)) {
-    return { line: `cannot reach ${databaseName(context)}: ${message || code}`, usage: false };
+    const key = context.databaseUrl === undefined ? '' : ' (database.url)';
+    return {
+      line: `cannot reach ${databaseName(context)}${key}: ${message || code}`,
+      usage: false,
+    };
   }
   switch (code) {
     case '28P01':
     case '28000':
       return {
-        line: `${databaseName(context)} refused the credentials: ${message}`,
+        line: `${databaseName(context)} refused the credentials${context.databaseUrl === undefined ? '' : ' (database.url or database.owner_url)'}: ${message}`,
+        usage: false,
+      };
+    case '57P01':
+    case '57P02':
+    case '57P03':
+      return {
+        line: `${databaseName(context)} is shutting down or starting up (${message}): try again in a moment`,
         usage: false,
       };
     case '3D000':
-      return { line: `${databaseName(context)}: ${message}`, usage: false };
+      return {
+        line: `${databaseName(context)}${context.databaseUrl === undefined ? '' : ' (database.url)'}: ${message}`,
+        usage: false,
+      };
     case '42P01':
     case '3F000':
       return {

@@ -156,7 +156,7 @@ void t.test('expected failures of the command line are one line, without a stack
   t.equal(await refused.exited, 1);
   t.match(
     refused.stderr(),
-    /^PostgreSQL at 127\.0\.0\.1:\d+ \(database\.url\) refused the credentials: .+\n$/,
+    /^PostgreSQL at 127\.0\.0\.1:\d+ refused the credentials \(database\.url or database\.owner_url\): .+\n$/,
   );
 
   const blocker = net.createServer();

@@ -80,6 +80,9 @@ async function serve(
       await probe.end();
     }
     if (command.migrate) await migrate(target, logger);
+    // Admin commands may use this embedded server from now on: its roles,
+    // database and (with --migrate) schema are in place.
+    await target.embedded?.share();
     app = await buildApp({ config, appUrl: target.appUrl, logger });
     if (command.role === 'worker' || command.role === 'all') {
       // The metrics listener binds first: a port already in use stops the

@@ -27,7 +27,10 @@ export interface DatabaseTarget {
   readonly ownerUrl: string | undefined;
   /** The application role's name, granted privileges by migrations. */
   readonly appRole: string;
-  /** The embedded server, when one was started. */
+  /**
+   * The embedded server in use: started by this process, or (with
+   * `shareRunning`) the one another process started and shares.
+   */
   readonly embedded: EmbeddedPostgres | undefined;
   /** Stops the embedded server, if any. Safe to call twice. */
   close(): Promise<void>;
@@ -78,8 +81,9 @@ export async function openDatabase(
   const rootDir = path.resolve(settings.embedded_data_dir);
   const running = options.shareRunning ? await EmbeddedPostgres.running(rootDir) : undefined;
   if (running !== undefined) {
-    // Its holder made the roles and the database when it started.
-    const roles = await embeddedRoles(rootDir);
+    // Its holder made the roles and the database before it shared the
+    // server: read them, never make them here.
+    const roles = await embeddedRoles(rootDir, { create: false });
     return {
       appUrl: running.urlFor(roles.app.name, roles.app.password, EMBEDDED_DATABASE),
       ownerUrl: running.urlFor(roles.owner.name, roles.owner.password, EMBEDDED_DATABASE),
@@ -134,11 +138,17 @@ function roleOf(key: string, url: string): string {
   return user;
 }
 
-async function embeddedRoles(rootDir: string): Promise<{ owner: RoleSpec; app: RoleSpec }> {
+async function embeddedRoles(
+  rootDir: string,
+  options: { readonly create: boolean } = { create: true },
+): Promise<{ owner: RoleSpec; app: RoleSpec }> {
   const file = path.join(rootDir, 'roles.json');
   try {
     return JSON.parse(await fs.readFile(file, 'utf8')) as { owner: RoleSpec; app: RoleSpec };
-  } catch {
+  } catch (err) {
+    if (!options.create) {
+      throw new Error(`cannot read ${file} of the running embedded PostgreSQL`, { cause: err });
+    }
     const roles = {
       owner: { name: OWNER_ROLE, password: randomBytes(18).toString('base64url') },
       app: { name: APP_ROLE, password: randomBytes(18).toString('base64url') },

@@ -39,8 +39,18 @@ void t.test(
     const first = await EmbeddedPostgres.start({ rootDir: root, port: 0, ephemeral: true });
     t.teardown(() => first.stop('immediate'));
     const lockFile = path.join(root, 'server.lock');
-    t.same(JSON.parse(await fs.readFile(lockFile, 'utf8')), { pid: process.pid, port: first.port });
+    const taken = JSON.parse(await fs.readFile(lockFile, 'utf8')) as Record<string, unknown>;
+    t.equal(taken['pid'], process.pid);
+    t.match(
+      taken['started'],
+      /^[0-9a-f-]+:\d+$/,
+      'when the holder started, so a reused pid is not it',
+    );
+    t.equal(taken['port'], undefined, 'not shared until the holder says so');
+    t.equal(await EmbeddedPostgres.running(root), undefined, 'a server not shared is not found');
 
+    await first.share();
+    t.same(JSON.parse(await fs.readFile(lockFile, 'utf8')), { ...taken, port: first.port });
     const found = await EmbeddedPostgres.running(root);
     t.equal(found?.port, first.port, 'the recorded port');
     const sql = createSql(found?.adminUrl() ?? '', { max: 1, applicationName: 'running-test' });
@@ -58,15 +68,27 @@ void t.test(
     t.ok(refusal instanceof EmbeddedInUseError);
     t.match(
       (refusal as Error).message,
-      /in use by process \d+ \(still starting\): try again in a moment$/,
+      /in use by process \d+ \(a server still starting, or another admin command\): try again in a moment$/,
     );
     t.notMatch((refusal as Error).message, /\n/, 'one line');
 
-    // A holder that is gone is no server to use.
+    // A holder that is gone is no server to use, nor is a pid that now
+    // belongs to another process (a restart reused it).
     await fs.writeFile(lockFile, JSON.stringify({ pid: 2147483646, port: first.port }));
     t.equal(await EmbeddedPostgres.running(root), undefined, 'a dead holder');
+    await fs.writeFile(
+      lockFile,
+      JSON.stringify({ pid: process.pid, started: 'another-boot:1', port: first.port }),
+    );
+    t.equal(await EmbeddedPostgres.running(root), undefined, 'a reused pid');
+    await fs.writeFile(lockFile, JSON.stringify({ ...taken, port: first.port + 1 }));
+    t.equal(
+      await EmbeddedPostgres.running(root),
+      undefined,
+      'a port the server does not listen on',
+    );
     await fs.writeFile(lockFile, 'not a lock');
     t.equal(await EmbeddedPostgres.running(root), undefined, 'an unreadable lock');
-    await fs.writeFile(lockFile, JSON.stringify({ pid: process.pid, port: first.port }));
+    await fs.writeFile(lockFile, JSON.stringify({ ...taken, port: first.port }));
   },
 );

@@ -10,7 +10,7 @@
  */
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { constants as fsConstants } from 'node:fs';
+import { constants as fsConstants, readFileSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import net from 'node:net';
@@ -207,8 +207,11 @@ export class EmbeddedPostgres {
     try {
       credentials = await ensureCluster(binaries, rootDir, dataDir);
       // The lock is ours, so a server still running here was left by a
-      // process that died without stopping it.
+      // process that died without stopping it (checked again just before:
+      // the lock must still be ours).
       if (await isRunning(binaries, dataDir)) {
+        if (!(await holdsLock(rootDir)))
+          throw new Error(`lost the lock ${path.join(rootDir, LOCK_FILE)}`);
         await pgCtl(binaries, ['stop', '-D', dataDir, '-m', 'fast', '-w']);
       }
     } catch (err) {
@@ -246,7 +249,6 @@ export class EmbeddedPostgres {
           '-o',
           serverOptions,
         ]);
-        await recordPort(rootDir, port);
         return new EmbeddedPostgres(rootDir, port, binaries, credentials);
       } catch (err) {
         lastError = err;
@@ -254,9 +256,33 @@ export class EmbeddedPostgres {
       }
     }
     const log = await fs.readFile(logFile, 'utf8').catch(() => '');
-    throw new Error(
+    await releaseLock(rootDir);
+    throw new EmbeddedStartError(
       `embedded PostgreSQL did not start: ${(lastError as Error).message}\n${log.split('\n').slice(-20).join('\n')}`,
     );
+  }
+
+  /**
+   * Lets other processes use this server: records its port in the lock, so
+   * admin commands (`migrate`, `principal create`) reach it instead of
+   * refusing. Call it once the cluster is ready for them (roles, database
+   * and migrations in place). Written beside and renamed over: a reader sees
+   * the old content or the new, never half.
+   *
+   * @throws Error when this process no longer holds the lock.
+   */
+  async share(): Promise<void> {
+    const holder = await readLock(this.rootDir);
+    if (holder?.pid !== process.pid || holder.started !== processStart(process.pid)) {
+      throw new Error(`lost the lock ${path.join(this.rootDir, LOCK_FILE)}`);
+    }
+    const temporary = path.join(this.rootDir, `${LOCK_FILE}.${String(process.pid)}.tmp`);
+    await fs.writeFile(
+      temporary,
+      JSON.stringify({ pid: process.pid, started: holder.started, port: this.port }),
+      { mode: 0o600 },
+    );
+    await fs.rename(temporary, path.join(this.rootDir, LOCK_FILE));
   }
 
   /**
@@ -310,10 +336,11 @@ export class EmbeddedPostgres {
   }
 
   /**
-   * Finds the server another live process runs on this folder, as recorded
-   * in its lock, so a short-lived process (an admin command) can use it
-   * without starting or stopping anything. The handle's `stop` must not be
-   * called: the holder stops its server.
+   * Finds the server another live process runs on this folder and shares
+   * ({@link EmbeddedPostgres.share}), as recorded in its lock, so a
+   * short-lived process (an admin command) can use it without starting or
+   * stopping anything. The handle's `stop` must not be called: the holder
+   * stops its server.
    *
    * @param rootDir the folder given at start.
    * @returns a handle on the running server, or undefined when no live
@@ -322,9 +349,13 @@ export class EmbeddedPostgres {
   static async running(rootDir: string): Promise<EmbeddedPostgres | undefined> {
     const root = path.resolve(rootDir);
     const holder = await readLock(root);
-    if (holder?.port === undefined || !alive(holder.pid)) {
-      return undefined;
-    }
+    if (holder?.port === undefined || !holderAlive(holder)) return undefined;
+    // The server of this data folder must be the one listening there: its
+    // postmaster.pid names the port (line 4), and pg_ctl says it runs.
+    const pidFile = await fs
+      .readFile(path.join(root, 'data', 'postmaster.pid'), 'utf8')
+      .catch(() => '');
+    if (Number(pidFile.split('\n')[3]) !== holder.port) return undefined;
     const binaries = await resolveBinaries();
     if (!(await isRunning(binaries, path.join(root, 'data')))) return undefined;
     return EmbeddedPostgres.attach(root, holder.port);
@@ -357,7 +388,7 @@ export class EmbeddedInUseError extends Error {
   /**
    * @param rootDir the cluster's folder.
    * @param holder the pid of the process holding it.
-   * @param port where its server listens, when it has recorded it yet.
+   * @param port where its server listens, when it shares it.
    */
   constructor(
     readonly rootDir: string,
@@ -367,90 +398,138 @@ export class EmbeddedInUseError extends Error {
     super(
       `the embedded PostgreSQL in ${rootDir} is in use by process ${String(holder)}` +
         (port === undefined
-          ? ' (still starting): try again in a moment'
+          ? ' (a server still starting, or another admin command): try again in a moment'
           : ': stop that server first, or set database.embedded_data_dir to another folder'),
     );
   }
 }
 
-/** What `server.lock` holds: who runs the server, and once it is up, where it listens. */
+/** The embedded server did not start; the message carries the tail of its log. */
+export class EmbeddedStartError extends Error {
+  override readonly name = 'EmbeddedStartError';
+}
+
+/**
+ * What `server.lock` holds: who runs the server (its pid and, on Linux, when
+ * that process started, so a pid reused after a restart is not taken for
+ * the holder), and once it shares the server, where it listens.
+ */
 interface LockContent {
   readonly pid: number;
+  readonly started: string | undefined;
   readonly port: number | undefined;
 }
 
 const LOCK_FILE = 'server.lock';
 
+let bootId: string | undefined | null = null;
+
 /**
- * Reads the folder's lock. It holds JSON `{"pid":N,"port":P}` (the port once
- * the server listens); a bare pid, as earlier versions wrote it, is read too.
+ * When a process started, as `<boot id>:<start time in clock ticks>` from
+ * /proc: the same pid after a reboot, or in a restarted container, is
+ * another process. Undefined where /proc does not tell (not Linux).
+ *
+ * @param pid the process.
+ * @returns its start identity, or undefined.
+ */
+function processStart(pid: number): string | undefined {
+  try {
+    bootId ??= readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+    const stat = readFileSync(`/proc/${String(pid)}/stat`, 'utf8');
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const startTime = fields[19];
+    return startTime === undefined ? undefined : `${bootId}:${startTime}`;
+  } catch {
+    return undefined;
+  }
+}
+
+function parseLock(text: string): LockContent | undefined {
+  let value: unknown;
+  try {
+    value = JSON.parse(text.trim());
+  } catch {
+    return undefined;
+  }
+  const { pid, started, port } =
+    typeof value === 'number'
+      ? { pid: value, started: undefined, port: undefined }
+      : ((value ?? {}) as Partial<LockContent>);
+  if (typeof pid !== 'number' || !Number.isInteger(pid) || pid <= 0) return undefined;
+  return {
+    pid,
+    started: typeof started === 'string' ? started : undefined,
+    port: typeof port === 'number' && Number.isInteger(port) ? port : undefined,
+  };
+}
+
+/**
+ * Reads the folder's lock. It holds JSON `{"pid":N,"started":S,"port":P}`
+ * (the port once the holder shares its server); a bare pid, as earlier
+ * versions wrote it, is read too.
  *
  * @param rootDir the cluster's folder.
  * @returns the holder, or undefined when there is no readable lock.
  */
 async function readLock(rootDir: string): Promise<LockContent | undefined> {
-  const text = (await fs.readFile(path.join(rootDir, LOCK_FILE), 'utf8').catch(() => '')).trim();
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  const { pid, port } =
-    typeof value === 'number'
-      ? { pid: value, port: undefined }
-      : ((value ?? {}) as Partial<LockContent>);
-  if (typeof pid !== 'number' || !Number.isInteger(pid) || pid <= 0) return undefined;
-  return { pid, port: typeof port === 'number' && Number.isInteger(port) ? port : undefined };
+  return parseLock(await fs.readFile(path.join(rootDir, LOCK_FILE), 'utf8').catch(() => ''));
+}
+
+/** Whether the process a lock names is alive and is the one that wrote it. */
+function holderAlive(holder: LockContent): boolean {
+  if (!alive(holder.pid)) return false;
+  return holder.started === undefined || holder.started === processStart(holder.pid);
+}
+
+async function holdsLock(rootDir: string): Promise<boolean> {
+  const holder = await readLock(rootDir);
+  return holder?.pid === process.pid && holder.started === processStart(process.pid);
 }
 
 /**
- * Takes the folder's lock (`server.lock`, holding the pid of the process that
- * runs the server): a second process, or a second start in this one, must
- * not stop a server another one is using. A lock whose process is gone is
- * stale and taken over.
+ * Takes the folder's lock (`server.lock`): a second process, or a second
+ * start in this one, must not stop a server another one is using. A lock
+ * whose process is gone (or whose pid now belongs to another process) is
+ * stale and taken over: renamed away first, so of two processes reclaiming
+ * it at once only one removes it, and put back when what was renamed turns
+ * out to be a live holder's.
  *
  * @param rootDir the cluster's folder.
  * @throws EmbeddedInUseError naming the process that holds the folder.
  */
 async function takeLock(rootDir: string): Promise<void> {
   const lockFile = path.join(rootDir, LOCK_FILE);
-  for (let attempt = 0; attempt < 3; attempt++) {
+  const mine = JSON.stringify({ pid: process.pid, started: processStart(process.pid) });
+  for (let attempt = 0; attempt < 5; attempt++) {
     try {
-      await fs.writeFile(lockFile, JSON.stringify({ pid: process.pid }), {
-        flag: 'wx',
-        mode: 0o600,
-      });
+      await fs.writeFile(lockFile, mine, { flag: 'wx', mode: 0o600 });
       return;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
     const holder = await readLock(rootDir);
-    if (holder !== undefined && alive(holder.pid)) {
+    if (holder !== undefined && holderAlive(holder)) {
       throw new EmbeddedInUseError(rootDir, holder.pid, holder.port);
     }
-    await fs.rm(lockFile, { force: true });
+    const aside = `${lockFile}.${String(process.pid)}.stale`;
+    try {
+      await fs.rename(lockFile, aside);
+    } catch {
+      continue; // another process moved it first
+    }
+    const moved = parseLock(await fs.readFile(aside, 'utf8').catch(() => ''));
+    if (moved !== undefined && holderAlive(moved)) {
+      // A live holder took the lock between the read and the rename: give it back.
+      await fs.link(aside, lockFile).catch(() => undefined);
+    }
+    await fs.rm(aside, { force: true });
   }
   throw new Error(`could not take the lock ${lockFile}`);
 }
 
-/**
- * Records in the lock this process holds where its server listens, so that
- * other processes (the CLI's admin commands) can reach it. Written beside
- * and renamed over: a reader sees the old content or the new, never half.
- *
- * @param rootDir the cluster's folder.
- * @param port the server's port.
- */
-async function recordPort(rootDir: string, port: number): Promise<void> {
-  const temporary = path.join(rootDir, `${LOCK_FILE}.${String(process.pid)}.tmp`);
-  await fs.writeFile(temporary, JSON.stringify({ pid: process.pid, port }), { mode: 0o600 });
-  await fs.rename(temporary, path.join(rootDir, LOCK_FILE));
-}
-
 async function releaseLock(rootDir: string): Promise<void> {
-  const holder = await readLock(rootDir);
-  if (holder?.pid === process.pid) await fs.rm(path.join(rootDir, LOCK_FILE), { force: true });
+  if (await holdsLock(rootDir)) await fs.rm(path.join(rootDir, LOCK_FILE), { force: true });
 }
 
 function alive(pid: number): boolean {
