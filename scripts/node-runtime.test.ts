@@ -200,7 +200,7 @@ void t.test('a platform without a pinned hash is told what to do', (t) => {
 
 void t.test('run by a node in range, the script keeps that node', async (t) => {
   const { stdout, stderr } = await run(process.execPath, [SCRIPT], {
-    env: { PATH: '/usr/bin:/bin', NODE_RUNTIME_DIR: RUNTIME_DIR },
+    env: { ...process.env, PATH: '/usr/bin:/bin', NODE_RUNTIME_DIR: RUNTIME_DIR },
   });
   t.equal(stdout, `${path.dirname(process.execPath)}\n`);
   t.equal(stderr, `node ${process.version}: ${process.execPath} (on PATH, satisfies ^24.11.0)\n`);
@@ -214,7 +214,7 @@ void t.test("run by the machine's own node, the script picks by that node's vers
   t.ok(fs.existsSync(machineNode), 'the machine has a node of its own');
   const version = execFileSync(machineNode, ['--version'], { encoding: 'utf8' }).trim();
   const { stdout, stderr } = await run(machineNode, [SCRIPT], {
-    env: { PATH: '/usr/bin:/bin', NODE_RUNTIME_DIR: RUNTIME_DIR },
+    env: { ...process.env, PATH: '/usr/bin:/bin', NODE_RUNTIME_DIR: RUNTIME_DIR },
   });
   const pin = readPin(ROOT);
   if (satisfiesCaret(version, pin.range)) {
@@ -242,7 +242,9 @@ void t.test(
       ['--no-print-directory', '-s', '-f', path.join(ROOT, 'Makefile'), 'node-version'],
       {
         cwd: ROOT,
-        env: { PATH: '/usr/bin:/bin', HOME: os.tmpdir(), NODE_RUNTIME_DIR: RUNTIME_DIR },
+        // The machine's own environment (its CA certificates and proxies,
+        // should make have to fetch), with only its node on PATH.
+        env: { ...process.env, PATH: '/usr/bin:/bin', NODE_RUNTIME_DIR: RUNTIME_DIR },
         stdio: ['ignore', 'pipe', 'pipe'],
       },
     );
