@@ -71,8 +71,16 @@ void t.test(
       p.lines.some((l) => l['msg'] === 'listening'),
       'no listener in the worker role',
     );
-    const crons = await db.owner<{ identifier: string }[]>`
-    select identifier from graphile_worker._private_known_crontabs`;
+    // graphile-worker records its cron items as the cron starts, which may
+    // finish just after it says so: read until a deadline, not once.
+    const deadline = Date.now() + 10_000;
+    let crons: { identifier: string }[] = [];
+    do {
+      crons = await db.owner<{ identifier: string }[]>`
+      select identifier from graphile_worker._private_known_crontabs`;
+      if (crons.length > 0) break;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    } while (Date.now() < deadline);
     t.same(
       crons.map((c) => c.identifier),
       ['sync:idempotency_cleanup'],
