@@ -2,7 +2,8 @@
  * The architecture's boundaries (docs/architecture/overview.md), checked by
  * `make check`:
  * - kernel imports only node built-ins and kernel;
- * - platform imports kernel, platform and npm packages;
+ * - platform imports kernel, platform and npm packages; the idempotency
+ *   plugin (platform/http/idempotency) only kernel and npm packages;
  * - a module imports kernel, platform, npm packages and itself, never another
  *   module, apps or test;
  * - only apps and test import a module, and only through its index.ts.
@@ -23,6 +24,17 @@ module.exports = {
       severity: 'error',
       from: { path: '^platform/', pathNot: ['\\.test\\.ts$'] },
       to: { path: '^(modules|apps|test|scripts)/' },
+    },
+    {
+      name: 'idempotency-plugin-is-standalone',
+      comment:
+        'the idempotency plugin imports only kernel ports and npm packages, so it could be published as it is',
+      severity: 'error',
+      from: { path: '^platform/http/idempotency/', pathNot: ['\\.test\\.ts$'] },
+      to: {
+        path: '^(platform|modules|apps|test|scripts)/',
+        pathNot: ['^platform/http/idempotency/'],
+      },
     },
     {
       name: 'modules-are-isolated',

@@ -1,8 +1,23 @@
 import net from 'node:net';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { testDatabase } from '../../test/harness/db.js';
 import { startServerProcess } from '../../test/harness/process.js';
 import { installWorkerSchema } from '../../platform/jobs/index.js';
+
+/** A port on 127.0.0.1 another listener holds until the test ends. */
+async function takenPort(t: Test): Promise<number> {
+  const blocker = net.createServer();
+  await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+  t.teardown(
+    () =>
+      new Promise<void>((resolve) => {
+        blocker.close(() => {
+          resolve();
+        });
+      }),
+  );
+  return (blocker.address() as net.AddressInfo).port;
+}
 
 void t.test('a bad configuration value stops start-up naming the key', async (t) => {
   const p = startServerProcess(['--role', 'api'], { HTTP__PORT: 'abc' });
@@ -100,17 +115,7 @@ void t.test(
   async (t) => {
     const db = await testDatabase(t);
     await installWorkerSchema(db.ownerUrl, db.state.app.name);
-    const blocker = net.createServer();
-    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
-    t.teardown(
-      () =>
-        new Promise<void>((resolve) => {
-          blocker.close(() => {
-            resolve();
-          });
-        }),
-    );
-    const port = (blocker.address() as net.AddressInfo).port;
+    const port = await takenPort(t);
     const p = startServerProcess(['--role', 'worker'], {
       DATABASE__URL: db.appUrl,
       METRICS__WORKER_PORT: String(port),
@@ -167,17 +172,7 @@ void t.test('expected failures of the command line are one line, without a stack
     /^PostgreSQL at 127\.0\.0\.1:\d+ refused the credentials \(database\.url or database\.owner_url\): .+\n$/,
   );
 
-  const blocker = net.createServer();
-  await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
-  t.teardown(
-    () =>
-      new Promise<void>((resolve) => {
-        blocker.close(() => {
-          resolve();
-        });
-      }),
-  );
-  const port = (blocker.address() as net.AddressInfo).port;
+  const port = await takenPort(t);
   const taken = startServerProcess(['--role', 'api'], {
     DATABASE__URL: db.appUrl,
     HTTP__PORT: String(port),

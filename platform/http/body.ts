@@ -1,6 +1,5 @@
 /**
- * The JSON body parser of every route: keeps the raw bytes (the idempotency
- * fingerprint is computed from them), refuses invalid UTF-8, prototype
+ * The JSON body parser of every route: refuses invalid UTF-8, prototype
  * poisoning, and strings PostgreSQL's jsonb cannot store (U+0000, lone
  * surrogates), each as `400 validation_failed` with pointer `#body`, and a
  * member named twice in one object (pointer at that member, code
@@ -33,17 +32,16 @@ function refuse(code: string, pointer = '#body'): Error {
  * Fastify content type parser for `application/json` (registered with
  * `parseAs: 'buffer'`). An empty body parses as no body.
  *
- * @param req the request; its `rawBody` is set.
+ * @param _req the request.
  * @param body the bytes read (within the route's body limit).
  * @param done Fastify's callback.
  */
 export function jsonBodyParser(
-  req: FastifyRequest,
+  _req: FastifyRequest,
   body: string | Buffer,
   done: (err: Error | null, value?: unknown) => void,
 ): void {
   const bytes = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
-  req.rawBody = bytes;
   if (bytes.length === 0) {
     done(null, undefined);
     return;

@@ -12,7 +12,6 @@ import Fastify, {
   type FastifyInstance,
   type FastifyReply,
   type FastifyRequest,
-  type RouteOptions,
 } from 'fastify';
 import rateLimit from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
@@ -22,14 +21,23 @@ import type { Authenticator } from '../../kernel/actor/index.js';
 import type { Clock } from '../../kernel/clock/index.js';
 import type { Metrics } from '../../kernel/metrics/index.js';
 import { isUuid, newId } from '../../kernel/ids/index.js';
+import { isPrincipal } from '../../kernel/actor/index.js';
 import { currentContext, newRequestContext, runWithContext } from '../../kernel/context/index.js';
 import { problem, toProblemBody, type AppError } from '../../kernel/errs/index.js';
+import type { IdempotencyStore } from '../../kernel/idempotency/index.js';
+import type { UnitOfWork } from '../../kernel/txn/index.js';
 import { authenticationHook } from './auth.js';
 import type { Exposition } from '../metrics/index.js';
-import { idempotencyPlugin, type IdempotencyOptions } from './idempotency/plugin.js';
-import { documentKeyedRoute } from './idempotency/openapi.js';
+import {
+  documentKeyedRoute,
+  idempotencyPlugin,
+  PROBLEM_CONTENT_TYPE,
+  sendProblem as writeProblem,
+  type IdempotencyEvent,
+} from './idempotency/index.js';
 import { jsonBodyParser } from './body.js';
 import { toAppError } from './problems.js';
+import { writeRoutePolicy } from './route-policy.js';
 import './types.js';
 
 /** The Fastify instance type of this application. */
@@ -42,7 +50,22 @@ export type HttpServer = FastifyInstance<
 >;
 
 /** Content type of every problem answer. */
-export const PROBLEM_CONTENT_TYPE = 'application/problem+json; charset=utf-8';
+export { PROBLEM_CONTENT_TYPE };
+
+/** The idempotency stage of this server: where keys live and how long. */
+export interface IdempotencyStage {
+  /** Where keys and answers live (module sync's PgIdempotencyStore). */
+  readonly store: IdempotencyStore;
+  /** The unit of work the handlers' use cases join. */
+  readonly uow: UnitOfWork;
+  /** Key time to live (`sync.idempotency_key_ttl`), in ms. */
+  readonly ttlMs: number;
+  /**
+   * How long a repeat waits for a first request under the same key
+   * (`database.lock_timeout`), in ms.
+   */
+  readonly waitMs: number;
+}
 
 /** Options of {@link createHttpServer}. */
 export interface HttpServerOptions {
@@ -68,7 +91,7 @@ export interface HttpServerOptions {
    * The idempotency stage (store, unit of work, key TTL). Without it the
    * server has no keyed routes (a route declaring `idempotent` still must).
    */
-  readonly idempotency?: IdempotencyOptions;
+  readonly idempotency?: IdempotencyStage;
   /**
    * The metrics route (`metrics.enabled`, `metrics.path`): a scrape, without
    * authentication or rate limit, hidden from the API document. Without it
@@ -137,6 +160,45 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): 
   );
 }
 
+/**
+ * The idempotency plugin's events as this server's metrics: keyed requests
+ * by route and outcome, the time spent waiting for a key, and how many
+ * requests wait in memory now.
+ *
+ * @param metrics the server's metrics.
+ * @returns the plugin's `onEvent` option.
+ */
+function idempotencyMetrics(metrics: Metrics): (event: IdempotencyEvent) => void {
+  const outcomes = metrics.counter(
+    'idempotency_requests_total',
+    'Keyed requests by route and outcome.',
+    ['route', 'outcome'],
+  );
+  const waits = metrics.histogram(
+    'idempotency_key_wait_seconds',
+    'Time spent taking an idempotency key (waiting on a concurrent first request included).',
+    ['route'],
+  );
+  const localWaiters = metrics.gauge(
+    'idempotency_local_waiters',
+    'Keyed requests waiting in memory for a first request under the same key in this process.',
+    [],
+  );
+  return (event) => {
+    switch (event.type) {
+      case 'outcome':
+        outcomes.inc({ route: event.route, outcome: event.outcome });
+        break;
+      case 'key_wait':
+        waits.observe({ route: event.route }, event.seconds);
+        break;
+      case 'local_waiters':
+        localWaiters.set({}, event.count);
+        break;
+    }
+  };
+}
+
 /** Where the API document's UI is served. */
 export const DOCS_PREFIX = '/docs';
 
@@ -153,10 +215,9 @@ export function sendProblem(
   err: AppError,
   correlationId: string,
 ): FastifyReply {
-  if (err.retryAfterSeconds !== undefined)
-    reply.header('retry-after', String(err.retryAfterSeconds));
-  for (const [name, value] of Object.entries(err.headers ?? {})) reply.header(name, value);
-  return reply.code(err.status).type(PROBLEM_CONTENT_TYPE).send(toProblemBody(err, correlationId));
+  // One writer of problems for the whole server: the idempotency plugin's
+  // (keyed answers in canonical bytes; these through the route's serializer).
+  return writeProblem(reply, err, correlationId, { canonical: false });
 }
 
 /**
@@ -226,17 +287,14 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     res.end(body);
   });
 
-  // Every route, as declared, for the idempotency plugin's start-up checks.
-  const allRoutes: RouteOptions[] = [];
-  app.addHook('onRoute', (route) => {
-    allRoutes.push(route);
-  });
+  // An application rule, not the plugin's: every write route states
+  // whether it is keyed, and every keyed route is guarded by the plugin.
+  writeRoutePolicy(app, { keyed: options.idempotency !== undefined });
 
   // Bodies are JSON or nothing: any other content type is 415 before parsing.
-  // JSON bodies keep their raw bytes (the idempotency fingerprint), refuse
-  // prototype poisoning, and refuse what PostgreSQL's jsonb cannot hold.
+  // JSON bodies refuse prototype poisoning, duplicate members, and what
+  // PostgreSQL's jsonb cannot hold.
   app.removeContentTypeParser(['text/plain', 'application/json']);
-  app.decorateRequest('rawBody', null);
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, jsonBodyParser);
 
   // Stage 1, correlation: echo the id and open the request context.
@@ -309,11 +367,20 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
 
   // Stage 5, idempotency: per keyed route, before validation and around the handler.
   if (options.idempotency !== undefined) {
+    const stage = options.idempotency;
     await app.register(idempotencyPlugin, {
-      ...options.idempotency,
+      store: stage.store,
+      transaction: stage.uow,
+      ttl: stage.ttlMs,
+      wait: stage.waitMs,
       clock: options.clock,
-      metrics: options.metrics,
-      allRoutes: () => allRoutes,
+      // Keys belong to principals: an anonymous caller's key has no effect.
+      scope: () => {
+        const actor = currentContext()?.actor;
+        return actor !== undefined && isPrincipal(actor) ? actor.principalId : null;
+      },
+      toProblem: toAppError,
+      onEvent: idempotencyMetrics(options.metrics),
     });
   }
 

@@ -1,77 +1,21 @@
 /**
- * Canonical JSON (RFC 8785, JSON Canonicalization Scheme) behind a thin
- * wrapper over the `canonicalize` package, real duplicate-member detection
- * (which `JSON.parse` cannot do: it keeps the last duplicate silently), and
- * the strict JSON parse that request bodies go through.
- *
- * Used for the idempotency fingerprint (so member order, whitespace and
- * equivalent escapes do not change it) and for the bytes of every keyed
- * answer (so a replay is byte-identical to the first answer).
+ * JSON for the whole server: the strict parse that request bodies go through
+ * (depth, prototype poisoning, duplicate members, what jsonb cannot hold),
+ * JSON pointers, and canonical JSON (RFC 8785) with real duplicate-member
+ * detection, which the idempotency plugin defines (it is self-contained) and
+ * this module re-exports.
  */
-import canonicalize from 'canonicalize';
-import { visit } from 'jsonc-parser';
 import sjson from 'secure-json-parse';
+import { findDuplicateMember, type JsonPath } from '../http/idempotency/canonical.js';
 
-/**
- * The RFC 8785 serialization of a JSON value: members sorted by UTF-16 code
- * units, no insignificant whitespace, ECMAScript number formatting, minimal
- * string escapes.
- *
- * @param value a JSON value (objects, arrays, strings, finite numbers, booleans, null).
- * @returns the canonical text.
- * @throws Error for values JSON cannot represent (NaN, Infinity, lone
- *   surrogates, undefined at the top level).
- */
-export function canonicalJson(value: unknown): string {
-  const text = canonicalize(value);
-  if (text === undefined) throw new TypeError('value has no JSON representation');
-  return text;
-}
-
-/**
- * Whether any object in a JSON text names the same member twice, comparing
- * names after unescaping (`"a"` and `"\u0061"` are the same name).
- *
- * @param text a JSON text; comments and trailing commas count as invalid.
- * @returns true when a duplicate exists.
- */
-export function hasDuplicateMembers(text: string): boolean {
-  return findDuplicateMember(text) !== undefined;
-}
-
-/** A path into a JSON value: member names and array indices. */
-export type JsonPath = readonly (string | number)[];
-
-/**
- * The first member an object in a JSON text names twice, comparing names
- * after unescaping (`"a"` and `"\u0061"` are the same name).
- *
- * @param text a JSON text; comments and trailing commas count as invalid.
- * @returns the path of the repeated member, or undefined when none repeats.
- */
-export function findDuplicateMember(text: string): JsonPath | undefined {
-  const stack: Set<string>[] = [];
-  let found: JsonPath | undefined;
-  visit(
-    text,
-    {
-      onObjectBegin: () => {
-        stack.push(new Set());
-      },
-      onObjectEnd: () => {
-        stack.pop();
-      },
-      onObjectProperty: (name, _offset, _length, _line, _column, pathSupplier) => {
-        const names = stack[stack.length - 1];
-        if (names === undefined || found !== undefined) return;
-        if (names.has(name)) found = [...pathSupplier(), name];
-        names.add(name);
-      },
-    },
-    { disallowComments: true, allowTrailingComma: false },
-  );
-  return found;
-}
+export {
+  canonicalBody,
+  canonicalJson,
+  findDuplicateMember,
+  hasDuplicateMembers,
+  type CanonicalBody,
+  type JsonPath,
+} from '../http/idempotency/canonical.js';
 
 /**
  * A JSON pointer (RFC 6901) for a path: `~` written `~0`, `/` written `~1`.
@@ -82,41 +26,6 @@ export function findDuplicateMember(text: string): JsonPath | undefined {
  */
 export function jsonPointer(path: JsonPath): string {
   return path.map((p) => `/${String(p).replace(/~/g, '~0').replace(/\//g, '~1')}`).join('');
-}
-
-/** The body part of the fingerprint, and how it was derived. */
-export interface CanonicalBody {
-  /**
-   * `json`: the RFC 8785 form of a JSON body without duplicate members;
-   * `raw`: the bytes as received (not JSON, duplicate members, or not
-   * canonicalizable); `empty`: no body.
-   */
-  readonly kind: 'json' | 'raw' | 'empty';
-  /** The bytes that enter the fingerprint. */
-  readonly bytes: Buffer;
-}
-
-/**
- * Derives the body part of a request fingerprint from the bytes received.
- *
- * @param raw the body bytes, or undefined when there is none.
- * @returns the canonical bytes for JSON, else the raw bytes.
- */
-export function canonicalBody(raw: Buffer | undefined): CanonicalBody {
-  if (raw === undefined || raw.length === 0) return { kind: 'empty', bytes: Buffer.alloc(0) };
-  const text = raw.toString('utf8');
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    return { kind: 'raw', bytes: raw };
-  }
-  try {
-    if (hasDuplicateMembers(text)) return { kind: 'raw', bytes: raw };
-    return { kind: 'json', bytes: Buffer.from(canonicalJson(value), 'utf8') };
-  } catch {
-    return { kind: 'raw', bytes: raw };
-  }
 }
 
 /** Outcome of {@link parseJsonStrict}. */

@@ -4,6 +4,7 @@
  * discovered by a client.
  */
 import type { RouteOptions } from 'fastify';
+import { FST_IDEMPOTENCY_ROUTE_REFUSED } from './errors.js';
 
 /** What the plugin needs to know about a keyed route, computed once. */
 export interface KeyedRoute {
@@ -19,11 +20,6 @@ export interface KeyedRoute {
   readonly location: string | undefined;
   /** 2xx statuses whose response schema declares an ETag header. */
   readonly etagStatuses: ReadonlySet<number>;
-}
-
-/** Thrown for a route the plugin refuses. */
-export class RouteRefusedError extends Error {
-  override readonly name = 'RouteRefusedError';
 }
 
 type Schema = Record<string, unknown>;
@@ -93,18 +89,20 @@ function hasRequiredIntegerVersion(schema: Schema | undefined): boolean {
  *
  * @param route Fastify's route options (config.idempotent is true or 'required').
  * @returns the route's keyed metadata.
- * @throws RouteRefusedError naming the route: auth none, no operationId, a
+ * @throws FST_IDEMPOTENCY_ROUTE_REFUSED naming the route: auth none, no operationId, a
  *   querystring schema, a non-JSON body, a non-JSON 2xx answer, an ETag
  *   without a required integer `version`, a `location` without a 201 answer.
  */
 export function checkKeyedRoute(route: RouteOptions): KeyedRoute {
   const label = routeLabel(route);
   const refuse = (why: string): never => {
-    throw new RouteRefusedError(`Idempotency-Key route ${label}: ${why}`);
+    throw new FST_IDEMPOTENCY_ROUTE_REFUSED(label, why);
   };
   const config = route.config ?? {};
   const schema: Schema = isObject(route.schema) ? route.schema : {};
-  if (config.auth === 'none')
+  // `auth` is the application's own route config (who may call the route):
+  // a public route has no principal to own its keys.
+  if ((config as { auth?: unknown }).auth === 'none')
     refuse('a keyed route may not be auth: none (keys belong to principals)');
   const operationId = schema['operationId'];
   if (typeof operationId !== 'string' || operationId === '')

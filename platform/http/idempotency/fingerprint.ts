@@ -14,7 +14,7 @@
  * the joined form is unambiguous.
  */
 import { createHash } from 'node:crypto';
-import { canonicalBody } from '../../jsoncanon/index.js';
+import { canonicalBody } from './canonical.js';
 
 /** What the fingerprint is computed from. */
 export interface FingerprintInput {

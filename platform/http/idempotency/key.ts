@@ -49,3 +49,17 @@ export function parseKey(value: string): KeyHeader {
   if (!isUuidV7(bare)) return { kind: 'invalid' };
   return { kind: 'valid', key: bare.toLowerCase() as Id };
 }
+
+/**
+ * Whether the raw header list names an `Idempotency-Key` at all (cheaper
+ * than reading it: decides whether the body bytes are kept).
+ *
+ * @param rawHeaders Node.js's flat [name, value, name, value, ...] list.
+ * @returns true when the header is present, valid or not.
+ */
+export function hasKeyHeader(rawHeaders: readonly string[]): boolean {
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    if (rawHeaders[i]?.toLowerCase() === 'idempotency-key') return true;
+  }
+  return false;
+}

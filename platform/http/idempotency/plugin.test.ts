@@ -3,7 +3,6 @@
  * of work. The same behaviours run against PostgreSQL in test/idempotency*.
  */
 import { Writable } from 'node:stream';
-import Fastify, { type FastifyInstance, type RouteOptions } from 'fastify';
 import t, { type Test } from 'tap';
 import { Type } from 'typebox';
 import { principalActor, type Authenticator } from '../../../kernel/actor/index.js';
@@ -16,7 +15,6 @@ import { InMemoryMetrics } from '../../../kernel/metrics/index.js';
 import { InMemoryUnitOfWork } from '../../../kernel/txn/in-memory.js';
 import { createLogger } from '../../log/index.js';
 import { createHttpServer, type HttpServer } from '../server.js';
-import { idempotencyPlugin } from './plugin.js';
 
 const alice: Id = newId();
 const bob: Id = newId();
@@ -958,52 +956,6 @@ void t.test('registration-time refusals name the route', async (t) => {
     t.match(err?.message ?? '', /POST \/api\/v1\//, `${name}: names the method and URL`);
   }
 });
-
-void t.test(
-  'on ready the plugin asserts it saw every keyed route and every write route states idempotent',
-  async (t) => {
-    const make = async (early: (app: FastifyInstance) => void) => {
-      const app = Fastify();
-      const all: RouteOptions[] = [];
-      app.addHook('onRoute', (r) => {
-        all.push(r);
-      });
-      early(app);
-      const uow = new InMemoryUnitOfWork();
-      await app.register(idempotencyPlugin, {
-        store: new InMemoryIdempotencyStore(uow),
-        uow,
-        ttlMs: 1000,
-        waitMs: 1000,
-        clock: new ManualClock('2026-01-01T00:00:00Z'),
-        metrics: new InMemoryMetrics(),
-        allRoutes: () => all,
-      });
-      return app;
-    };
-    const keyedEarly = await make((app) => {
-      app.post('/early', { config: { idempotent: true }, schema: { operationId: 'early' } }, () =>
-        Promise.resolve({}),
-      );
-    });
-    await t.rejects(
-      async () => keyedEarly.ready(),
-      /POST \/early \(operationId early\) is keyed but was registered before/,
-    );
-    const silentEarly = await make((app) => {
-      app.patch('/silent', () => Promise.resolve({}));
-    });
-    await t.rejects(
-      async () => silentEarly.ready(),
-      /PATCH \/silent .* must state config\.idempotent/,
-    );
-    const fine = await make((app) => {
-      app.get('/read', () => Promise.resolve({}));
-    });
-    await t.resolves(async () => fine.ready());
-    await fine.close();
-  },
-);
 
 void t.test(
   'a stored answer carries the same headers first and on replay; 2xx ranges get their ETag',

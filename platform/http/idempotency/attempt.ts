@@ -1,0 +1,238 @@
+/**
+ * One keyed request inside the unit of work, as a function that returns a
+ * decision: take the key (one statement, the handler's savepoint sent with
+ * it), run the handler in the savepoint, store its final answer and commit;
+ * or answer from the row a first request left; or roll back and store
+ * nothing. The unit of work retries the whole attempt on serialization
+ * failures, deadlocks and lock timeouts. No bytes are sent here: the caller
+ * sends after the decision, so after the commit.
+ *
+ * Plain TypeScript over the kernel ports: testable without Fastify.
+ */
+import { performance } from 'node:perf_hooks';
+import { isUuid, type Id } from '../../../kernel/ids/index.js';
+import {
+  isRequestInProgress,
+  oneTimeSecretMarked,
+  type IdempotencyEntry,
+  type IdempotencyRequest,
+  type IdempotencyStore,
+} from '../../../kernel/idempotency/index.js';
+import type { UnitOfWork, UnitOfWorkOptions } from '../../../kernel/txn/index.js';
+import { isSuccess, type Captured } from './capture.js';
+
+/** Final problems: stored (after rolling back to the savepoint) like a 2xx. */
+export const FINAL_PROBLEMS: ReadonlySet<number> = new Set([
+  400, 403, 404, 409, 410, 412, 413, 415, 422,
+]);
+
+/** How an attempt ended. */
+export type Decision =
+  /** Committed: the effect and the stored answer. Send it. */
+  | {
+      readonly kind: 'stored';
+      readonly answer: Captured;
+      readonly resourceId: Id | null;
+    }
+  /** A row for the key exists (a first request committed): answer from it. */
+  | { readonly kind: 'existing'; readonly entry: IdempotencyEntry }
+  /** Rolled back, nothing stored (401, 428, 429, 5xx, ...): send it, the key stays free. */
+  | { readonly kind: 'not_stored'; readonly answer: Captured }
+  /** The first request still holds the key and the wait ran out. */
+  | { readonly kind: 'in_progress' }
+  /** The answer was ready, but the commit failed: nothing happened. */
+  | { readonly kind: 'commit_failed'; readonly error: unknown }
+  /** The attempt failed before an answer (the database, a bug): nothing stored. */
+  | { readonly kind: 'failed'; readonly error: unknown };
+
+/** What one attempt needs. */
+export interface AttemptInput {
+  readonly store: IdempotencyStore;
+  readonly transaction: UnitOfWork;
+  /** The key and fingerprint, without the time (stamped per attempt). */
+  readonly request: Omit<IdempotencyRequest, 'now'>;
+  readonly now: () => Date;
+  /** The route declares that its 2xx answers carry a one-time secret. */
+  readonly oneTimeSecret: boolean;
+  /** Called at the start of every attempt, retries included: reset the reply and the body. */
+  readonly prepare: () => void;
+  /**
+   * Runs the handler (its validation result first) and captures its answer;
+   * it throws only what the unit of work must retry, or a bug.
+   */
+  readonly invoke: () => Promise<Captured>;
+  /** Called once per attempt with the time spent taking the key, waits included. */
+  readonly onKeyWait: (seconds: number) => void;
+}
+
+/** Returned by a function run by {@link inTransaction}: its value, and whether to keep its writes. */
+interface Kept<T> {
+  readonly keep: boolean;
+  readonly value: T;
+}
+
+/** Carries a value out of a unit of work that must roll back. */
+class Discard<T> extends Error {
+  constructor(readonly value: T) {
+    super('rolled back on purpose');
+  }
+}
+
+/**
+ * Runs `fn` in the unit of work (a savepoint when nested), committing when
+ * it says keep and rolling back otherwise, and hands back its value either
+ * way. The port rolls back only on a rejection, so the one rejection used
+ * for that is made and caught here, never seen by the state machine.
+ *
+ * @param uow the unit of work.
+ * @param fn the work; may run more than once (retries of the outermost).
+ * @param options nesting and naming.
+ * @returns the value and whether it was kept.
+ * @throws what `fn` or the commit threw.
+ */
+async function inTransaction<T>(
+  uow: UnitOfWork,
+  fn: () => Promise<Kept<T>>,
+  options: UnitOfWorkOptions,
+): Promise<{ kept: boolean; value: T }> {
+  try {
+    const value = await uow.run(async () => {
+      const result = await fn();
+      if (!result.keep) throw new Discard(result.value);
+      return result.value;
+    }, options);
+    return { kept: true, value };
+  } catch (err) {
+    if (err instanceof Discard) return { kept: false, value: err.value as T };
+    throw err;
+  }
+}
+
+/** What the handler's savepoint ended with. */
+type Handled =
+  | { readonly kind: 'answer'; readonly answer: Captured }
+  /** The key's insert met a row: the handler never started. */
+  | { readonly kind: 'not_taken' };
+
+type Settled<T> =
+  { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: unknown };
+
+function settle<T>(promise: Promise<T>): Promise<Settled<T>> {
+  return promise.then(
+    (value) => ({ ok: true as const, value }),
+    (error: unknown) => ({ ok: false as const, error }),
+  );
+}
+
+/**
+ * The top-level `id` of a JSON body when it is a UUID (lower case): the
+ * stored `resource_id`, from which `Location` is rebuilt on replay.
+ *
+ * @param body the answer's JSON value.
+ * @returns the id, or null.
+ */
+export function resourceIdOf(body: unknown): Id | null {
+  if (typeof body !== 'object' || body === null) return null;
+  const id = (body as Record<string, unknown>)['id'];
+  return typeof id === 'string' && isUuid(id) ? (id.toLowerCase() as Id) : null;
+}
+
+/**
+ * Runs a keyed request's attempts and decides how it ended.
+ *
+ * @param input the store, the unit of work, the key, the handler's call.
+ * @param name the unit of work's name (the route's operationId).
+ * @returns the decision; never throws.
+ */
+export async function runAttempt(input: AttemptInput, name: string): Promise<Decision> {
+  const { store, transaction } = input;
+  // Set inside the attempt, read after it: whether the answer was stored
+  // when the unit of work failed (then the commit failed).
+  const progress = { completed: false };
+  try {
+    const { value } = await inTransaction<Decision>(
+      transaction,
+      async () => {
+        progress.completed = false;
+        input.prepare();
+        const keyed: IdempotencyRequest = { ...input.request, now: input.now() };
+        const started = performance.now();
+        let reported = false;
+        const keyWaited = (): void => {
+          if (reported) return;
+          reported = true;
+          input.onKeyWait((performance.now() - started) / 1000);
+        };
+        // The handler runs in a savepoint, so a final answer other than a
+        // 2xx rolls back its effects and keeps the key row. The key's insert
+        // is sent first and the savepoint goes with it in one round trip.
+        const taking = settle(store.take(keyed));
+        const inSavepoint = (afterTake: boolean) =>
+          inTransaction<Handled>(
+            transaction,
+            async () => {
+              if (afterTake) {
+                const took = await taking;
+                if (!took.ok || !took.value) return { keep: false, value: { kind: 'not_taken' } };
+                keyWaited();
+              }
+              const answer = await input.invoke();
+              return { keep: isSuccess(answer), value: { kind: 'answer', answer } };
+            },
+            { nested: true },
+          );
+        let handled: Handled;
+        try {
+          handled = (await inSavepoint(true)).value;
+        } catch (err) {
+          // The insert failed (in progress, connection lost): the savepoint
+          // failed with the aborted transaction; the insert's error is the cause.
+          const took = await taking;
+          if (!took.ok) {
+            keyWaited();
+            throw took.error;
+          }
+          throw err;
+        }
+        if (handled.kind === 'not_taken') {
+          const took = await taking;
+          if (!took.ok) {
+            keyWaited();
+            throw took.error;
+          }
+          // A row exists for the key (a first request committed, or it
+          // expired): begin does the full work.
+          let existing: IdempotencyEntry | null;
+          try {
+            existing = await store.begin(keyed);
+          } finally {
+            keyWaited();
+          }
+          if (existing !== null)
+            return { keep: false, value: { kind: 'existing', entry: existing } };
+          handled = (await inSavepoint(false)).value;
+        }
+        if (handled.kind !== 'answer') throw new Error('the key was not taken after begin');
+        const answer = handled.answer;
+        const success = isSuccess(answer);
+        const final = FINAL_PROBLEMS.has(answer.status) && answer.code !== 'request_in_progress';
+        if (!success && !final) return { keep: false, value: { kind: 'not_stored', answer } };
+        const secret = success && (input.oneTimeSecret || oneTimeSecretMarked());
+        const resourceId = success ? resourceIdOf(answer.body) : null;
+        await store.complete(keyed, {
+          status: answer.status,
+          body: secret ? { one_time_secret: true } : answer.body,
+          resourceId,
+        });
+        progress.completed = true;
+        return { keep: true, value: { kind: 'stored', answer, resourceId } };
+      },
+      { name },
+    );
+    return value;
+  } catch (error) {
+    if (isRequestInProgress(error)) return { kind: 'in_progress' };
+    if (progress.completed) return { kind: 'commit_failed', error };
+    return { kind: 'failed', error };
+  }
+}

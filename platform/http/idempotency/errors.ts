@@ -1,0 +1,41 @@
+/**
+ * The plugin's errors, made with @fastify/error as official plugins make
+ * theirs: each has a stable `code` to switch on and a message that names what
+ * is wrong.
+ */
+import createError from '@fastify/error';
+
+/**
+ * An option given to the plugin is missing or invalid: thrown by
+ * `app.register`, naming the option.
+ * Arguments: the option's name, what is wrong with it.
+ */
+export const FST_IDEMPOTENCY_INVALID_OPTION = createError<[string, string]>(
+  'FST_IDEMPOTENCY_INVALID_OPTION',
+  'idempotency option "%s": %s',
+  500,
+  TypeError,
+);
+
+/**
+ * A keyed route the plugin cannot honour, refused when it is declared (so
+ * at start-up), naming its method, URL and operationId.
+ * Arguments: the route's label, why.
+ */
+export const FST_IDEMPOTENCY_ROUTE_REFUSED = createError<[string, string]>(
+  'FST_IDEMPOTENCY_ROUTE_REFUSED',
+  'Idempotency-Key route %s: %s',
+  500,
+);
+
+/**
+ * A keyed handler broke its contract (it called `reply.send` or
+ * `reply.hijack`, or returned a Buffer or a stream): the request fails with
+ * a 500 and nothing is stored.
+ * Argument: what it did.
+ */
+export const FST_IDEMPOTENCY_HANDLER_CONTRACT = createError<[string]>(
+  'FST_IDEMPOTENCY_HANDLER_CONTRACT',
+  'a keyed handler must return %s',
+  500,
+);

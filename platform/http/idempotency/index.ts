@@ -1,0 +1,19 @@
+/**
+ * The idempotency plugin's public face: the plugin, its options and events,
+ * its errors, the OpenAPI addition for @fastify/swagger's `transform`, and
+ * the writer of problem answers the server shares. See README.md.
+ *
+ * @packageDocumentation
+ */
+export { idempotencyPlugin, idempotencyPlugin as default } from './plugin.js';
+export type { IdempotencyDecorator } from './plugin.js';
+export { DEFAULTS, defaultToProblem } from './options.js';
+export type { IdempotencyEvent, IdempotencyOptions } from './options.js';
+export { OUTCOMES, type Outcome } from './outcome.js';
+export {
+  FST_IDEMPOTENCY_HANDLER_CONTRACT,
+  FST_IDEMPOTENCY_INVALID_OPTION,
+  FST_IDEMPOTENCY_ROUTE_REFUSED,
+} from './errors.js';
+export { documentKeyedRoute } from './openapi.js';
+export { JSON_CONTENT_TYPE, PROBLEM_CONTENT_TYPE, REPLAY_HEADER, sendProblem } from './answers.js';

@@ -1,0 +1,174 @@
+/**
+ * The plugin's options: what a Fastify user passes to `app.register`, with
+ * a default where one makes sense, normalised and validated once at
+ * registration (an error names the option).
+ */
+import type { FastifyRequest } from 'fastify';
+import { AppError, isAppError } from '../../../kernel/errs/index.js';
+import type { IdempotencyStore } from '../../../kernel/idempotency/index.js';
+import type { UnitOfWork } from '../../../kernel/txn/index.js';
+import { FST_IDEMPOTENCY_INVALID_OPTION } from './errors.js';
+import type { Outcome } from './outcome.js';
+
+/** What the plugin reports as it works; see {@link IdempotencyOptions.onEvent}. */
+export type IdempotencyEvent =
+  | {
+      /** A keyed request ended: exactly one per keyed request. */
+      readonly type: 'outcome';
+      /** The route's `schema.operationId`. */
+      readonly route: string;
+      readonly outcome: Outcome;
+      readonly request: FastifyRequest;
+    }
+  | {
+      /**
+       * A keyed request waited for its key: in memory behind a duplicate of
+       * this process, or in the store behind one of another process.
+       */
+      readonly type: 'key_wait';
+      readonly route: string;
+      readonly seconds: number;
+    }
+  | {
+      /** How many keyed requests wait in memory right now (a gauge). */
+      readonly type: 'local_waiters';
+      readonly count: number;
+    };
+
+/** Options of the plugin, as a Fastify user writes them. */
+export interface IdempotencyOptions {
+  /** Where keys and answers live (required): e.g. module sync's PostgreSQL store. */
+  readonly store: IdempotencyStore;
+  /** The unit of work the route handlers' writes join (required): key row and effect commit in it. */
+  readonly transaction: UnitOfWork;
+  /**
+   * The owner of a request's keys (required): a principal id, or null when
+   * the caller is anonymous, in which case the header has no effect.
+   */
+  readonly scope: (request: FastifyRequest) => string | null;
+  /** How long a key lives, in milliseconds. Default 24 hours. */
+  readonly ttl?: number;
+  /**
+   * How long a repeat waits for a first request still running under its
+   * key, in milliseconds, before it answers 409 request_in_progress. Give
+   * the store the same lock timeout. Default 5 seconds.
+   */
+  readonly wait?: number;
+  /** The clock keys are stamped and expired with. Default the system clock. */
+  readonly clock?: { now(): Date };
+  /**
+   * Turns what a handler threw into the problem the client gets (and a
+   * final one is stored). Default: an AppError as it is, anything else 500
+   * internal_error; a server passes its error handler's own mapping.
+   */
+  readonly toProblem?: (error: unknown) => AppError;
+  /** Called for every outcome, key wait and change of local waiters (metrics). Default none. */
+  readonly onEvent?: (event: IdempotencyEvent) => void;
+}
+
+/** The options after defaults and validation. */
+export interface ResolvedOptions {
+  readonly store: IdempotencyStore;
+  readonly transaction: UnitOfWork;
+  readonly scope: (request: FastifyRequest) => string | null;
+  readonly ttlMs: number;
+  readonly waitMs: number;
+  readonly clock: { now(): Date };
+  readonly toProblem: (error: unknown) => AppError;
+  readonly onEvent: (event: IdempotencyEvent) => void;
+}
+
+/** Defaults of the optional options. */
+export const DEFAULTS = Object.freeze({
+  ttl: 24 * 60 * 60 * 1000,
+  wait: 5000,
+});
+
+/** The longest TTL accepted: ten years, far below what a Date can hold. */
+const MAX_TTL_MS = 10 * 365 * 24 * 60 * 60 * 1000;
+
+const systemClock = { now: (): Date => new Date() };
+
+/**
+ * The default problem mapping: an AppError as it is, anything else a 500.
+ *
+ * @param error what a handler threw.
+ * @returns the problem.
+ */
+export function defaultToProblem(error: unknown): AppError {
+  if (isAppError(error)) return error;
+  return new AppError('internal_error', 'An unexpected error occurred.', { cause: error });
+}
+
+function hasMethods(value: unknown, names: readonly string[]): boolean {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    names.every((n) => typeof (value as Record<string, unknown>)[n] === 'function')
+  );
+}
+
+function milliseconds(name: string, value: unknown, fallback: number, max: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0 || value > max) {
+    throw new FST_IDEMPOTENCY_INVALID_OPTION(
+      name,
+      `must be a whole number of milliseconds from 1 to ${String(max)}, got ${typeof value === 'number' ? String(value) : typeof value}`,
+    );
+  }
+  return value;
+}
+
+function optionalFunction<F>(name: string, value: unknown, fallback: F): F {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'function') {
+    throw new FST_IDEMPOTENCY_INVALID_OPTION(name, `must be a function, got ${typeof value}`);
+  }
+  return value as F;
+}
+
+/**
+ * Applies the defaults and validates every option.
+ *
+ * @param options what the user registered the plugin with.
+ * @returns the options to run with.
+ * @throws FST_IDEMPOTENCY_INVALID_OPTION naming the first bad option.
+ */
+export function resolveOptions(options: unknown): ResolvedOptions {
+  if (typeof options !== 'object' || options === null) {
+    throw new FST_IDEMPOTENCY_INVALID_OPTION('options', 'must be an object');
+  }
+  const o = options as Partial<Record<keyof IdempotencyOptions, unknown>>;
+  if (!hasMethods(o.store, ['find', 'take', 'begin', 'complete'])) {
+    throw new FST_IDEMPOTENCY_INVALID_OPTION(
+      'store',
+      'is required: an IdempotencyStore (find, take, begin, complete)',
+    );
+  }
+  if (!hasMethods(o.transaction, ['run', 'inTransaction'])) {
+    throw new FST_IDEMPOTENCY_INVALID_OPTION(
+      'transaction',
+      'is required: the UnitOfWork the handlers join (run, inTransaction)',
+    );
+  }
+  if (typeof o.scope !== 'function') {
+    throw new FST_IDEMPOTENCY_INVALID_OPTION(
+      'scope',
+      'is required: (request) => the owner of its keys, or null for an anonymous caller',
+    );
+  }
+  const clock = o.clock ?? systemClock;
+  if (!hasMethods(clock, ['now'])) {
+    throw new FST_IDEMPOTENCY_INVALID_OPTION('clock', 'must have a now() method returning a Date');
+  }
+  return {
+    store: o.store as IdempotencyStore,
+    transaction: o.transaction as UnitOfWork,
+    scope: o.scope as (request: FastifyRequest) => string | null,
+    ttlMs: milliseconds('ttl', o.ttl, DEFAULTS.ttl, MAX_TTL_MS),
+    waitMs: milliseconds('wait', o.wait, DEFAULTS.wait, MAX_TTL_MS),
+    clock: clock as { now(): Date },
+    toProblem: optionalFunction('toProblem', o.toProblem, defaultToProblem),
+    onEvent: optionalFunction('onEvent', o.onEvent, () => undefined),
+  };
+}
