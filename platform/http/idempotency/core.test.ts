@@ -58,9 +58,35 @@ void t.test('options: required ones are named, defaults applied, bad values refu
     () => resolveOptions({ store, transaction: uow, scope, toProblem: 'x' }),
     /"toProblem": must be a function/,
   );
+  t.throws(
+    () => resolveOptions({ store, uow, scope, ttlMs: 1 }),
+    /"uow": is not an option of this plugin/,
+    'an unknown (or old) option name is refused, not ignored',
+  );
+  t.doesNotThrow(
+    () => resolveOptions({ store, transaction: uow, scope, prefix: '/v1', logLevel: 'info' }),
+    "Fastify's own register options pass",
+  );
+  t.throws(
+    () => resolveOptions({ store, transaction: uow, scope, wait: 2 ** 31 }),
+    /"wait": must be a whole number of milliseconds from 1 to 2147483647/,
+    'a wait no timer can hold',
+  );
   const known = problem('not_found', 'No.');
   t.equal(defaultToProblem(known), known, 'an AppError as it is');
   t.equal(defaultToProblem(new Error('boom')).status, 500, 'anything else a 500');
+  const invalid = defaultToProblem(
+    Object.assign(new Error('body/name must be string'), {
+      statusCode: 400,
+      validationContext: 'body',
+      validation: [{ instancePath: '/name', keyword: 'type' }],
+    }),
+  );
+  t.equal(invalid.code, 'validation_failed', "Fastify's validation error is a 400");
+  t.same(invalid.errors, [{ pointer: '#body/name', code: 'type' }]);
+  t.equal(defaultToProblem(Object.assign(new Error('x'), { statusCode: 404 })).code, 'not_found');
+  t.equal(defaultToProblem(Object.assign(new Error('x'), { statusCode: 409 })).code, 'conflict');
+  t.equal(defaultToProblem(Object.assign(new Error('x'), { statusCode: 418 })).status, 500);
   t.end();
 });
 
@@ -221,12 +247,15 @@ void t.test('the attempt decides: commit failed, failed, in progress, retried', 
     commitHook: () => (failCommit ? new Error('commit refused') : undefined),
   });
   const s = new InMemoryIdempotencyStore(u, 50);
-  const commitFailed = await runAttempt(
-    attemptInput(u, s, () => Promise.resolve(answer(201))),
-    'a',
-  );
+  const doomed = attemptInput(u, s, () => Promise.resolve(answer(201)));
+  const commitFailed = await runAttempt(doomed, 'a');
   t.equal(commitFailed.kind, 'commit_failed');
   failCommit = false;
+  t.equal(
+    await s.find(doomed.request.principalId, doomed.request.key, doomed.now()),
+    null,
+    'nothing stored',
+  );
 
   const broken = new InMemoryIdempotencyStore(u);
   broken.find = () => Promise.reject(new Error('unused'));
@@ -262,12 +291,16 @@ void t.test('the attempt decides: commit failed, failed, in progress, retried', 
 
   let attempts = 0;
   let prepared = 0;
+  const effects: number[] = [];
   const retried = await runAttempt(
     attemptInput(
       u,
       s,
       () => {
         attempts++;
+        const mine = attempts;
+        effects.push(mine);
+        u.current('effect').onRollback(() => effects.splice(effects.indexOf(mine), 1));
         if (attempts === 1)
           return Promise.reject(Object.assign(new Error('deadlock'), { code: '40P01' }));
         return Promise.resolve(answer(201));
@@ -283,6 +316,7 @@ void t.test('the attempt decides: commit failed, failed, in progress, retried', 
   t.equal(retried.kind, 'stored', 'a deadlock runs the attempt again');
   t.equal(attempts, 2);
   t.equal(prepared, 2, 'each attempt starts afresh');
+  t.same(effects, [2], 'one effect: the first attempt was rolled back');
 });
 
 void t.test('a one-time secret is never stored', async (t) => {
@@ -300,4 +334,49 @@ void t.test('a one-time secret is never stored', async (t) => {
   const row = await s.find(input.request.principalId, input.request.key, input.now());
   t.same(row?.body, { one_time_secret: true });
   t.notOk(JSON.stringify(row).includes('tok_secret'));
+});
+
+void t.test('scope: undefined is anonymous, anything but an id is refused', async (t) => {
+  const { default: Fastify } = await import('fastify');
+  const { idempotencyPlugin } = await import('./plugin.js');
+  for (const [returned, status] of [
+    [undefined, 201],
+    [42, 500],
+    ['', 500],
+  ] as const) {
+    const app = Fastify();
+    let runs = 0;
+    await app.register(idempotencyPlugin, {
+      store,
+      transaction: uow,
+      scope: () => returned as unknown as string,
+    });
+    app.post(
+      '/x',
+      { config: { idempotent: true }, schema: { operationId: 'x' } },
+      async (_req, reply) => {
+        runs++;
+        reply.code(201);
+        return Promise.resolve({ ok: true });
+      },
+    );
+    const res = await app.inject({
+      method: 'POST',
+      url: '/x',
+      headers: { 'content-type': 'application/json', 'idempotency-key': newId() },
+      payload: '{}',
+    });
+    t.equal(
+      res.statusCode,
+      status,
+      `scope returned ${typeof returned === 'string' ? `"${returned}"` : String(returned)}`,
+    );
+    if (status === 500) {
+      t.match(res.json<{ code: string }>().code, 'FST_IDEMPOTENCY_INVALID_OPTION');
+      t.equal(runs, 0, 'the handler did not run');
+    } else {
+      t.equal(res.headers['idempotent-replay'], undefined, 'the header had no effect');
+    }
+    await app.close();
+  }
 });

@@ -23,6 +23,7 @@ import { isRetryable } from '../../../kernel/txn/index.js';
 import { answerFromEntry, inProgressProblem, sendAnswer, sendProblem } from './answers.js';
 import { runAttempt, type Decision } from './attempt.js';
 import { capturePayload, captureProblem, withSendRefused, type Guard } from './capture.js';
+import { FST_IDEMPOTENCY_HANDLER_CONTRACT, FST_IDEMPOTENCY_INVALID_OPTION } from './errors.js';
 import type { KeyedRoute } from './checks.js';
 import { fingerprint } from './fingerprint.js';
 import { hasKeyHeader, KEY_HEADER, readKeyHeader } from './key.js';
@@ -73,6 +74,20 @@ export function keyedHooks(
 ): KeyedHooks {
   const { store, clock } = options;
 
+  /** The owner of the request's keys, or null for an anonymous caller. */
+  const ownerOf = (req: FastifyRequest): string | null => {
+    // Typed, but a JavaScript caller may return anything: checked here.
+    const owner: unknown = options.scope(req);
+    if (owner === null || owner === undefined) return null;
+    if (typeof owner !== 'string' || owner === '') {
+      throw new FST_IDEMPOTENCY_INVALID_OPTION(
+        'scope',
+        `returned ${owner === '' ? 'an empty string' : typeof owner}; it must return the owner's id or null`,
+      );
+    }
+    return owner;
+  };
+
   const record = (req: FastifyRequest, reply: FastifyReply, outcome: Outcome): void => {
     options.onEvent({ type: 'outcome', route: route.operationId, outcome, request: req });
     const child = req.log.child({ idempotency_outcome: outcome });
@@ -98,7 +113,9 @@ export function keyedHooks(
   };
 
   const preParsing: preParsingAsyncHookHandler = async (req, _reply, payload) => {
-    if (options.scope(req) === null || !hasKeyHeader(req.raw.rawHeaders)) return payload;
+    // Whenever a key is sent, owner or not yet: who the caller is may be
+    // settled only by a later hook, and the fingerprint must never lose the body.
+    if (!hasKeyHeader(req.raw.rawHeaders)) return payload;
     const { stream, chunks } = keepBytes(payload);
     req.idempotencyBody = chunks;
     return Promise.resolve(stream);
@@ -106,7 +123,7 @@ export function keyedHooks(
 
   const preValidation: preValidationAsyncHookHandler = async (req, reply) => {
     // Keys belong to their owner: an anonymous caller's key is ignored.
-    const owner = options.scope(req);
+    const owner = ownerOf(req);
     if (owner === null) return;
     const header = readKeyHeader(req.raw.rawHeaders);
     if (header.kind === 'absent') {
@@ -149,6 +166,13 @@ export function keyedHooks(
     const ifMatch = req.headers['if-match'];
     const ifNoneMatch = req.headers['if-none-match'];
     const chunks = req.idempotencyBody;
+    if (chunks === null && req.body !== undefined) {
+      // Never a fingerprint without its body: a route whose preParsing hook
+      // was bypassed must fail loudly, not replay another body's answer.
+      throw new FST_IDEMPOTENCY_HANDLER_CONTRACT(
+        'a body the plugin saw (its preParsing hook did not run)',
+      );
+    }
     const state: KeyedState = {
       principalId: owner as Id,
       key: header.key,

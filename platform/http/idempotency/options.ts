@@ -4,7 +4,13 @@
  * registration (an error names the option).
  */
 import type { FastifyRequest } from 'fastify';
-import { AppError, isAppError } from '../../../kernel/errs/index.js';
+import {
+  AppError,
+  isAppError,
+  problem,
+  problemCatalogue,
+  type ProblemCode,
+} from '../../../kernel/errs/index.js';
 import type { IdempotencyStore } from '../../../kernel/idempotency/index.js';
 import type { UnitOfWork } from '../../../kernel/txn/index.js';
 import { FST_IDEMPOTENCY_INVALID_OPTION } from './errors.js';
@@ -42,10 +48,13 @@ export interface IdempotencyOptions {
   /** The unit of work the route handlers' writes join (required): key row and effect commit in it. */
   readonly transaction: UnitOfWork;
   /**
-   * The owner of a request's keys (required): a principal id, or null when
-   * the caller is anonymous, in which case the header has no effect.
+   * The owner of a request's keys (required): a principal id, or null (or
+   * undefined) when the caller is anonymous, in which case the header has no
+   * effect. Called in the route's `preValidation` hook, so whatever
+   * identifies the caller must have run by then (an `onRequest` hook, or an
+   * app-level `preParsing` or `preValidation` one), not in `preHandler`.
    */
-  readonly scope: (request: FastifyRequest) => string | null;
+  readonly scope: (request: FastifyRequest) => string | null | undefined;
   /** How long a key lives, in milliseconds. Default 24 hours. */
   readonly ttl?: number;
   /**
@@ -62,7 +71,10 @@ export interface IdempotencyOptions {
    * internal_error; a server passes its error handler's own mapping.
    */
   readonly toProblem?: (error: unknown) => AppError;
-  /** Called for every outcome, key wait and change of local waiters (metrics). Default none. */
+  /**
+   * Called for every outcome, key wait and change of local waiters (metrics).
+   * What it throws is logged and ignored. Default none.
+   */
   readonly onEvent?: (event: IdempotencyEvent) => void;
 }
 
@@ -70,7 +82,7 @@ export interface IdempotencyOptions {
 export interface ResolvedOptions {
   readonly store: IdempotencyStore;
   readonly transaction: UnitOfWork;
-  readonly scope: (request: FastifyRequest) => string | null;
+  readonly scope: (request: FastifyRequest) => string | null | undefined;
   readonly ttlMs: number;
   readonly waitMs: number;
   readonly clock: { now(): Date };
@@ -86,17 +98,63 @@ export const DEFAULTS = Object.freeze({
 
 /** The longest TTL accepted: ten years, far below what a Date can hold. */
 const MAX_TTL_MS = 10 * 365 * 24 * 60 * 60 * 1000;
+/** The longest wait accepted: what a Node.js timer can hold (about 24.8 days). */
+const MAX_WAIT_MS = 2 ** 31 - 1;
+/** The plugin's options, and what Fastify itself reads from register options. */
+const KNOWN_OPTIONS: ReadonlySet<string> = new Set([
+  'store',
+  'transaction',
+  'scope',
+  'ttl',
+  'wait',
+  'clock',
+  'toProblem',
+  'onEvent',
+  'prefix',
+  'logLevel',
+  'logSerializers',
+]);
 
 const systemClock = { now: (): Date => new Date() };
 
+/** The first catalogue code of each 4xx status (for errors that carry only a status). */
+const CODE_OF_STATUS: ReadonlyMap<number, ProblemCode> = new Map(
+  (Object.entries(problemCatalogue) as [ProblemCode, { status: number }][])
+    .filter(([code, d]) => d.status >= 400 && d.status < 500 && code !== 'request_in_progress')
+    .reverse()
+    .map(([code, d]) => [d.status, code]),
+);
+
 /**
- * The default problem mapping: an AppError as it is, anything else a 500.
+ * The default problem mapping, for an application that gives none: an
+ * AppError as it is; Fastify's validation error as `400 validation_failed`
+ * with a pointer per failed rule (`#body/...`); an error carrying a 4xx
+ * `statusCode` (@fastify/sensible, @fastify/error) as the catalogue's problem
+ * of that status; anything else `500 internal_error`.
  *
  * @param error what a handler threw.
  * @returns the problem.
  */
 export function defaultToProblem(error: unknown): AppError {
   if (isAppError(error)) return error;
+  const e = (typeof error === 'object' && error !== null ? error : {}) as {
+    statusCode?: unknown;
+    validation?: unknown;
+    validationContext?: unknown;
+  };
+  if (Array.isArray(e.validation)) {
+    const root = `#${typeof e.validationContext === 'string' ? e.validationContext : 'body'}`;
+    const items = e.validation as { instancePath?: unknown; keyword?: unknown }[];
+    return problem('validation_failed', 'The request is not valid.', {
+      errors: items.map((item) => ({
+        pointer: `${root}${typeof item.instancePath === 'string' ? item.instancePath : ''}`,
+        code: typeof item.keyword === 'string' ? item.keyword : 'invalid',
+      })),
+      cause: error,
+    });
+  }
+  const code = typeof e.statusCode === 'number' ? CODE_OF_STATUS.get(e.statusCode) : undefined;
+  if (code !== undefined) return problem(code, problemCatalogue[code].title, { cause: error });
   return new AppError('internal_error', 'An unexpected error occurred.', { cause: error });
 }
 
@@ -138,6 +196,10 @@ export function resolveOptions(options: unknown): ResolvedOptions {
   if (typeof options !== 'object' || options === null) {
     throw new FST_IDEMPOTENCY_INVALID_OPTION('options', 'must be an object');
   }
+  const unknown = Object.keys(options).find((name) => !KNOWN_OPTIONS.has(name));
+  if (unknown !== undefined) {
+    throw new FST_IDEMPOTENCY_INVALID_OPTION(unknown, 'is not an option of this plugin');
+  }
   const o = options as Partial<Record<keyof IdempotencyOptions, unknown>>;
   if (!hasMethods(o.store, ['find', 'take', 'begin', 'complete'])) {
     throw new FST_IDEMPOTENCY_INVALID_OPTION(
@@ -164,9 +226,9 @@ export function resolveOptions(options: unknown): ResolvedOptions {
   return {
     store: o.store as IdempotencyStore,
     transaction: o.transaction as UnitOfWork,
-    scope: o.scope as (request: FastifyRequest) => string | null,
+    scope: o.scope as (request: FastifyRequest) => string | null | undefined,
     ttlMs: milliseconds('ttl', o.ttl, DEFAULTS.ttl, MAX_TTL_MS),
-    waitMs: milliseconds('wait', o.wait, DEFAULTS.wait, MAX_TTL_MS),
+    waitMs: milliseconds('wait', o.wait, DEFAULTS.wait, MAX_WAIT_MS),
     clock: clock as { now(): Date },
     toProblem: optionalFunction('toProblem', o.toProblem, defaultToProblem),
     onEvent: optionalFunction('onEvent', o.onEvent, () => undefined),

@@ -20,7 +20,7 @@ import fp from 'fastify-plugin';
 import type { FastifyInstance } from 'fastify';
 import { checkKeyedRoute } from './checks.js';
 import { keyedHooks } from './hooks.js';
-import { resolveOptions, type IdempotencyOptions } from './options.js';
+import { resolveOptions, type IdempotencyEvent, type IdempotencyOptions } from './options.js';
 import { SingleFlight } from './single-flight.js';
 
 declare module 'fastify' {
@@ -60,7 +60,19 @@ function toArray<T>(v: T | T[] | undefined): T[] {
 }
 
 async function idempotency(app: FastifyInstance, opts: IdempotencyOptions): Promise<void> {
-  const options = resolveOptions(opts);
+  const resolved = resolveOptions(opts);
+  // An observer that throws must not break a request or hold a key: what it
+  // throws is logged and dropped.
+  const options = {
+    ...resolved,
+    onEvent: (event: IdempotencyEvent) => {
+      try {
+        resolved.onEvent(event);
+      } catch (err) {
+        app.log.error({ err, event: event.type }, 'the idempotency onEvent option threw');
+      }
+    },
+  };
   const flights = new SingleFlight((count) => {
     options.onEvent({ type: 'local_waiters', count });
   });
