@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import t from 'tap';
 import { createSql } from './client.js';
-import { EmbeddedInUseError, EmbeddedPostgres } from './embedded.js';
+import { EmbeddedInUseError, EmbeddedPostgres, EmbeddedStartError } from './embedded.js';
 
 void t.test(
   'a second process cannot take over a data folder in use; a stale lock is reclaimed (found by review)',
@@ -90,5 +90,35 @@ void t.test(
     await fs.writeFile(lockFile, 'not a lock');
     t.equal(await EmbeddedPostgres.running(root), undefined, 'an unreadable lock');
     await fs.writeFile(lockFile, JSON.stringify({ ...taken, port: first.port }));
+  },
+);
+
+void t.test(
+  'a data folder below one the postgres OS user cannot enter is named in one line (root) or used (not root)',
+  async (t) => {
+    const parent = await fs.mkdtemp(path.join(os.tmpdir(), 'embedded-private-'));
+    t.teardown(() => fs.rm(parent, { recursive: true, force: true }));
+    await fs.chmod(parent, 0o700);
+    const root = path.join(parent, 'pg');
+    if (process.getuid?.() === 0) {
+      // PostgreSQL runs as the postgres user, who cannot pass through a
+      // private folder of root's.
+      const err = await EmbeddedPostgres.start({ rootDir: root, port: 0, ephemeral: true }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      t.ok(err instanceof EmbeddedStartError, 'refused before initdb');
+      t.equal(
+        (err as Error).message,
+        `the embedded PostgreSQL cannot use ${root}: the postgres OS user cannot enter ${parent} ` +
+          `(mode 0700); set database.embedded_data_dir to a folder it can reach, or allow it in (chmod o+x ${parent})`,
+      );
+      await t.rejects(fs.access(root), 'nothing was created');
+    } else {
+      // Running as its owner, PostgreSQL can enter the folder: it starts.
+      const pg = await EmbeddedPostgres.start({ rootDir: root, port: 0, ephemeral: true });
+      t.teardown(() => pg.stop('immediate'));
+      t.ok(pg.port > 0);
+    }
   },
 );

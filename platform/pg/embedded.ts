@@ -198,6 +198,7 @@ export class EmbeddedPostgres {
     const binaries = await resolveBinaries();
     const rootDir = path.resolve(options.rootDir);
     const dataDir = path.join(rootDir, 'data');
+    if (binaries.runAs) await assertReachable(rootDir, binaries.runAs);
     await fs.mkdir(rootDir, { recursive: true });
     // The postgres user must be able to pass through the folder to reach its
     // data and log; it needs no right to list or read the credentials.
@@ -401,6 +402,35 @@ export class EmbeddedInUseError extends Error {
           ? ' (a server still starting, or another admin command): try again in a moment'
           : ': stop that server first, or set database.embedded_data_dir to another folder'),
     );
+  }
+}
+
+/**
+ * Checks that the OS user PostgreSQL runs as can enter every folder above
+ * the cluster's: initdb would otherwise fail on its password file with a
+ * bare "Permission denied" (a `mktemp -d` folder is 0700, root's own).
+ *
+ * @param rootDir the cluster's folder (it may not exist yet).
+ * @param user the uid and gid PostgreSQL runs as.
+ * @throws EmbeddedStartError naming the folder and what to do.
+ */
+async function assertReachable(
+  rootDir: string,
+  user: { readonly uid: number; readonly gid: number },
+): Promise<void> {
+  for (let dir = path.dirname(rootDir); ; dir = path.dirname(dir)) {
+    const stat = await fs.stat(dir).catch(() => undefined);
+    if (stat !== undefined) {
+      const bit = stat.uid === user.uid ? 0o100 : stat.gid === user.gid ? 0o010 : 0o001;
+      if ((stat.mode & bit) === 0) {
+        throw new EmbeddedStartError(
+          `the embedded PostgreSQL cannot use ${rootDir}: the postgres OS user cannot enter ${dir} ` +
+            `(mode ${(stat.mode & 0o777).toString(8).padStart(4, '0')}); set database.embedded_data_dir ` +
+            `to a folder it can reach, or allow it in (chmod o+x ${dir})`,
+        );
+      }
+    }
+    if (path.dirname(dir) === dir) return;
   }
 }
 
