@@ -22,6 +22,19 @@ function unauthenticated(detail: string, error?: 'invalid_token' | 'invalid_requ
 }
 
 /**
+ * How many times a header appears in Node.js's flat raw header list.
+ *
+ * @param rawHeaders [name, value, name, value, ...].
+ * @param name the header name, lower case.
+ * @returns the count.
+ */
+function countHeader(rawHeaders: readonly string[], name: string): number {
+  let n = 0;
+  for (let i = 0; i < rawHeaders.length; i += 2) if (rawHeaders[i]?.toLowerCase() === name) n++;
+  return n;
+}
+
+/**
  * The route's declared auth mode; unknown routes (404) need none, so an
  * anonymous caller learns "not found" rather than "unauthenticated".
  *
@@ -39,7 +52,8 @@ export function authModeOf(req: FastifyRequest): AuthMode {
  * - `none` routes never look at the header.
  * - `required` and `optional` routes: a header that is present must be a
  *   valid bearer token of an enabled principal, else 401 (a bad, expired or
- *   revoked token is always 401, never treated as anonymous).
+ *   revoked token is always 401, never treated as anonymous); two headers
+ *   are a 401 `invalid_request`, whatever they hold.
  * - `required` routes answer 401 to a request without the header.
  *
  * @param authenticator the kernel port that resolves tokens.
@@ -53,6 +67,11 @@ export function authenticationHook(
   return async (req) => {
     const mode = authModeOf(req);
     if (mode === 'none') return;
+    // Node.js keeps the first of two Authorization headers and drops the
+    // rest; a proxy in front may keep the last. Two are refused.
+    if (countHeader(req.raw.rawHeaders, 'authorization') > 1) {
+      throw unauthenticated('Send one Authorization header, not several.', 'invalid_request');
+    }
     const header = req.headers.authorization;
     if (header === undefined) {
       if (mode === 'required') throw unauthenticated('This route needs a bearer token.');

@@ -3,7 +3,8 @@
  * poisoning, and strings PostgreSQL's jsonb cannot store (U+0000, lone
  * surrogates), each as `400 validation_failed` with pointer `#body`, and a
  * member named twice in one object (pointer at that member, code
- * `duplicate_member`).
+ * `duplicate_member`). A body with a Content-Encoding other than identity is
+ * `415 unsupported_media_type`: nothing here decodes it.
  */
 import type { FastifyRequest } from 'fastify';
 import { problem } from '../../kernel/errs/index.js';
@@ -32,15 +33,26 @@ function refuse(code: string, pointer = '#body'): Error {
  * Fastify content type parser for `application/json` (registered with
  * `parseAs: 'buffer'`). An empty body parses as no body.
  *
- * @param _req the request.
+ * @param req the request (its Content-Encoding: none, or identity).
  * @param body the bytes read (within the route's body limit).
  * @param done Fastify's callback.
  */
 export function jsonBodyParser(
-  _req: FastifyRequest,
+  req: FastifyRequest,
   body: string | Buffer,
   done: (err: Error | null, value?: unknown) => void,
 ): void {
+  const encoding = req.headers['content-encoding'];
+  if (encoding !== undefined && encoding.trim().toLowerCase() !== 'identity') {
+    // The bytes would be parsed as they are, so a compressed body would be
+    // read as something else than what the client (or a proxy) meant.
+    done(
+      problem('unsupported_media_type', 'This server does not decode a Content-Encoding.', {
+        hint: 'Send the JSON body uncompressed, without Content-Encoding.',
+      }),
+    );
+    return;
+  }
   const bytes = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
   if (bytes.length === 0) {
     done(null, undefined);
