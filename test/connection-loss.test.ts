@@ -30,6 +30,39 @@ async function settlesWithin<T>(p: Promise<T>, ms: number): Promise<T | 'pending
   ]);
 }
 
+/** How long a released handler is watched for a late write. */
+const WATCH_MS = 1500;
+
+/**
+ * Watches idempotency_keys, test_effects and the handler's run count until
+ * the deadline, and returns at the first sign of a write or a second run.
+ * The released handler's end cannot be observed (the unit of work abandons a
+ * transaction whose connection died, and nothing settles), so "nothing
+ * stored" is proved over a window: a late commit or a retry that ran the
+ * handler again shows as soon as it happens, not only if it lands before a
+ * single look.
+ *
+ * @param k the test application.
+ * @param ms the deadline, from now.
+ * @returns what was seen: empty arrays and one call when nothing happened.
+ */
+async function watchNothingStored(
+  k: TestApp,
+  ms: number,
+): Promise<{ keys: unknown[]; effects: unknown[]; calls: number }> {
+  const deadline = performance.now() + ms;
+  for (;;) {
+    const seen = {
+      keys: await k.keys(),
+      effects: await k.effects(),
+      calls: k.calls.get('createEffect') ?? 0,
+    };
+    if (seen.keys.length > 0 || seen.effects.length > 0 || seen.calls !== 1) return seen;
+    if (performance.now() >= deadline) return seen;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
 void t.test(
   'the connection of a keyed request is terminated while its handler waits',
   async (t) => {
@@ -51,9 +84,11 @@ void t.test(
     t.equal(res.json<{ code: string }>().code, 'service_unavailable');
     t.equal(res.headers['retry-after'], '1');
     k.gates.release('kill');
-    await new Promise((r) => setTimeout(r, 200));
-    t.same(await k.keys(), [], 'nothing stored');
-    t.same(await k.effects(), [], 'no effect');
+    t.same(
+      await watchNothingStored(k, WATCH_MS),
+      { keys: [], effects: [], calls: 1 },
+      `nothing stored, no effect and no second run for ${String(WATCH_MS)} ms after the release`,
+    );
     const again = await keyed(k, key, { label: 'killed' });
     t.equal(again.statusCode, 201, 'the repeat runs');
     t.equal((await k.effects()).length, 1, 'exactly one effect in all');
@@ -70,9 +105,11 @@ void t.test('database.transaction_timeout ends a stuck keyed handler with a 503'
   if (res === 'pending') return;
   t.equal(res.statusCode, 503);
   k.gates.release('stuck');
-  await new Promise((r) => setTimeout(r, 200));
-  t.same(await k.keys(), []);
-  t.same(await k.effects(), []);
+  t.same(
+    await watchNothingStored(k, WATCH_MS),
+    { keys: [], effects: [], calls: 1 },
+    `nothing stored, no effect and no second run for ${String(WATCH_MS)} ms after the release`,
+  );
   t.equal(
     k.metrics.value('idempotency_requests_total', { route: 'createEffect', outcome: 'not_stored' }),
     1,
@@ -126,7 +163,21 @@ for (const outcome of ['sleep', 'sleep_then_query'] as const) {
         'no effect of the victim',
       );
       const again = await keyed(k, key, { label: 'victim' });
-      t.equal(again.statusCode, 201, 'a repeat with the same key runs once');
+      t.equal(again.statusCode, 201, 'a repeat with the same key runs');
+      t.notOk(again.headers['idempotent-replay'], 'as an original: the 503 was not stored');
+      const victims = async () =>
+        (await k.effects()).map((e) => e.label).filter((l) => l.startsWith('victim'));
+      t.same(await victims(), ['victim'], 'one effect of the victim: the repeat, once');
+      const rows = (await k.keys()).filter((r) => r['key'] === key);
+      t.same(
+        rows.map((r) => [r['state'], r['response_status'], r['resource_id']]),
+        [['completed', 201, again.json<{ id: string }>().id]],
+        'one completed idempotency_keys row for the key, holding the 201',
+      );
+      const replay = await keyed(k, key, { label: 'victim' });
+      t.equal(replay.headers['idempotent-replay'], 'true', 'a second repeat is a replay');
+      t.equal(replay.body, again.body, 'of the same answer');
+      t.same(await victims(), ['victim'], 'and adds no effect');
     },
   );
 }

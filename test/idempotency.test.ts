@@ -192,13 +192,49 @@ void t.test(
 void t.test('the same key under two principals is independent', async (t) => {
   const k = await startTestApp(t);
   const key = newId();
-  const a = await send(k, k.alice, { label: 'a' }, { key });
-  const b = await send(k, k.bob, { label: 'b' }, { key });
+  // The same bytes under the same key: only the principal tells the two
+  // apart, so a store keyed on anything less would replay Alice's answer
+  // (her resource id) to Bob.
+  const body = '{"label":"same"}';
+  const a = await send(k, k.alice, body, { key });
+  const b = await send(k, k.bob, body, { key });
   t.equal(a.statusCode, 201);
   t.equal(b.statusCode, 201);
-  t.notOk(b.headers['idempotent-replay']);
-  t.equal((await k.effects()).length, 2);
-  t.equal((await k.keys()).length, 2);
+  t.notOk(b.headers['idempotent-replay'], "Bob's request is not a replay");
+  const aId = a.json<{ id: string }>().id;
+  const bId = b.json<{ id: string }>().id;
+  t.not(bId, aId, "Bob gets his own resource, not Alice's");
+  t.equal(b.body, `{"id":"${bId}","label":"same","version":1}`, "Bob's own answer");
+  t.equal(k.calls.get('createEffect'), 2, 'the handler ran for each');
+  const effects = await k.tdb.owner<{ id: string; principal_id: string }[]>`
+    select id::text, principal_id::text from test_effects order by principal_id`;
+  t.same(
+    Object.fromEntries(effects.map((e) => [e.principal_id, e.id])),
+    { [k.alice.id]: aId, [k.bob.id]: bId },
+    'one effect each, under its own principal',
+  );
+  const rows = await k.keys();
+  t.same(
+    Object.fromEntries(
+      rows.map((r) => [
+        r['principal_id'] as string,
+        [r['key'], r['state'], r['response_status'], r['resource_id'], r['response_body']],
+      ]),
+    ),
+    {
+      [k.alice.id]: [key, 'completed', 201, aId, { id: aId, label: 'same', version: 1 }],
+      [k.bob.id]: [key, 'completed', 201, bId, { id: bId, label: 'same', version: 1 }],
+    },
+    'one stored row each, holding its own answer',
+  );
+  // And each replay gives back its own principal's answer.
+  const bAgain = await send(k, k.bob, body, { key });
+  t.equal(bAgain.headers['idempotent-replay'], 'true');
+  t.same(bAgain.rawPayload, b.rawPayload, "Bob's replay is Bob's answer");
+  const aAgain = await send(k, k.alice, body, { key });
+  t.equal(aAgain.headers['idempotent-replay'], 'true');
+  t.same(aAgain.rawPayload, a.rawPayload, "Alice's replay is Alice's answer");
+  t.equal(k.calls.get('createEffect'), 2, 'the replays ran no handler');
 });
 
 void t.test('an expired key behaves as absent and begin replaces the expired row', async (t) => {

@@ -1,4 +1,5 @@
 import { request } from 'node:http';
+import { networkInterfaces } from 'node:os';
 import t from 'tap';
 import { InMemoryMetrics } from '../../kernel/metrics/index.js';
 import {
@@ -289,19 +290,54 @@ void t.test('the listener reports a port it cannot bind', async (t) => {
   );
 });
 
-void t.test('an IPv6 address is written in brackets', async (t) => {
-  const listener = await startMetricsListener({
-    host: '::1',
-    port: 0,
-    path: '/metrics',
-    exposition: () => Promise.resolve({ contentType: 'text/plain', body: 'x' }),
-    onError: () => undefined,
-  }).catch(() => undefined);
-  if (listener === undefined) {
-    t.pass('no IPv6 loopback here');
+/**
+ * Whether this machine has an IPv6 loopback, read from the interfaces, not
+ * from the listener under test: the two are independent observations, so
+ * the test below asserts something on machines with and without one.
+ */
+function hasIpv6Loopback(): boolean {
+  return Object.values(networkInterfaces()).some((addresses) =>
+    (addresses ?? []).some((a) => a.family === 'IPv6' && a.address === '::1'),
+  );
+}
+
+void t.test('an IPv6 address is written in brackets, an IPv4 one without', async (t) => {
+  const start = (host: string) =>
+    startMetricsListener({
+      host,
+      port: 0,
+      path: '/metrics',
+      exposition: () => Promise.resolve({ contentType: 'text/plain', body: 'x' }),
+      onError: () => undefined,
+    });
+  const v4 = await start('127.0.0.1');
+  t.teardown(() => v4.close());
+  t.equal(v4.address, `http://127.0.0.1:${String(v4.port)}`, 'IPv4: no brackets');
+  t.equal((await get(`${v4.address}/metrics`)).body, 'x', 'and the address answers');
+
+  if (!hasIpv6Loopback()) {
+    // No ::1 here: binding it must fail with the socket's own error, not
+    // hand back a listener or an address that answers nothing.
+    t.comment('no IPv6 loopback on this machine: checking that ::1 is refused');
+    const outcome = await start('::1').then(
+      // Closed at once, so a listener that should not exist cannot keep the
+      // test process alive.
+      async (unexpected) => {
+        await unexpected.close();
+        return `listening at ${unexpected.address}`;
+      },
+      (err: unknown) => err,
+    );
+    t.match(
+      outcome,
+      { code: /^(EADDRNOTAVAIL|EAFNOSUPPORT)$/ },
+      'binding ::1 without an IPv6 loopback fails with the socket error',
+    );
     return;
   }
-  t.teardown(() => listener.close());
-  t.equal(listener.address, `http://[::1]:${String(listener.port)}`);
-  t.equal((await get(`${listener.address}/metrics`)).body, 'x');
+  // The interfaces list ::1, so a failure to bind it is a failure of the test.
+  const v6 = await start('::1');
+  t.teardown(() => v6.close());
+  t.equal(v6.address, `http://[::1]:${String(v6.port)}`, 'IPv6: in brackets');
+  t.equal((await get(`${v6.address}/metrics`)).body, 'x', 'and the address answers');
 });

@@ -20,9 +20,46 @@ const API_PROCESSES = 4;
 const REQUESTS = 64;
 const OPENING = 10_000;
 const AMOUNT = 2_500;
+/** How long the processes' log lines may lag behind their answers. */
+const LOG_DEADLINE_MS = 10_000;
+
+/**
+ * Reads which processes logged a completed request for each correlation id,
+ * polling until every id is logged or the deadline passes: a process writes
+ * its line after the answer, and the pipe may deliver it later still.
+ *
+ * @param processes the api processes, by index.
+ * @param ids the correlation ids sent.
+ * @param ms the deadline, from now.
+ * @returns for each id logged, the indexes of the processes that logged it.
+ */
+async function servedBy(
+  processes: readonly ServerProcess[],
+  ids: ReadonlySet<string>,
+  ms: number,
+): Promise<Map<string, number[]>> {
+  const deadline = performance.now() + ms;
+  for (;;) {
+    const found = new Map<string, number[]>();
+    processes.forEach((p, i) => {
+      for (const line of p.lines) {
+        const id = line['correlation_id'];
+        if (line['msg'] !== 'request completed' || typeof id !== 'string' || !ids.has(id)) continue;
+        found.set(id, [...(found.get(id) ?? []), i]);
+      }
+    });
+    if (found.size === ids.size || performance.now() >= deadline) return found;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
 
 interface Answer {
+  /** The process the request was sent to (the test's choice, not an observation). */
   readonly process: number;
+  /** The Correlation-Id the request carried, unique to it. */
+  readonly correlation: string;
+  /** The Correlation-Id the answer carried. */
+  readonly echoed: string | null;
   readonly status: number;
   readonly replay: string | null;
   readonly body: string;
@@ -87,13 +124,16 @@ void t.test('64 identical keyed transfers over 4 api processes move the money on
   const answers: Answer[] = await Promise.all(
     Array.from({ length: REQUESTS }, async (_, i) => {
       const process = i % API_PROCESSES;
+      const correlation = newId();
       const res = await fetch(`${bases[process] ?? ''}/api/v1/transfers`, {
         method: 'POST',
-        headers: { ...auth, 'idempotency-key': key },
+        headers: { ...auth, 'idempotency-key': key, 'correlation-id': correlation },
         body,
       });
       return {
         process,
+        correlation,
+        echoed: res.headers.get('correlation-id'),
         status: res.status,
         replay: res.headers.get('idempotent-replay'),
         body: await res.text(),
@@ -130,11 +170,33 @@ void t.test('64 identical keyed transfers over 4 api processes move the money on
       ),
     )}`,
   );
-  t.equal(
-    new Set(answers.map((x) => x.process)).size,
-    API_PROCESSES,
-    'every process answered some',
+  // Which process answered is read from the processes themselves: each
+  // logs "request completed" with the request's correlation id, and only the
+  // process that served a request can log its id. (Where the test sent a
+  // request proves nothing: it is the test's own choice.)
+  t.ok(
+    answers.every((x) => x.echoed === x.correlation),
+    'every answer echoes the correlation id its request carried',
   );
+  const sent = new Set(answers.map((x) => x.correlation));
+  const served = await servedBy(processes.slice(0, API_PROCESSES), sent, LOG_DEADLINE_MS);
+  t.same(
+    answers.filter((x) => served.get(x.correlation)?.length !== 1),
+    [],
+    'every request is in the log of exactly one process',
+  );
+  t.ok(
+    answers.every((x) => served.get(x.correlation)?.[0] === x.process),
+    'and that is the process it was sent to',
+  );
+  const answeredBy = new Set([...served.values()].flat());
+  t.comment(
+    `requests logged per process: ${processes
+      .slice(0, API_PROCESSES)
+      .map((_, i) => String([...served.values()].filter((w) => w.includes(i)).length))
+      .join(', ')}`,
+  );
+  t.equal(answeredBy.size, API_PROCESSES, 'every process answered some, by its own log');
 
   const transfers = await db.app<{ id: string; amount: string }[]>`
     select id, amount::text from ledger_transfers`;

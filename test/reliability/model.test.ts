@@ -31,8 +31,8 @@
  * scheduling (the job is called directly here), and the application's own
  * keyed routes.
  *
- * Replay: the seed is printed (`# seed ...`) and is fixed unless MODEL_SEED
- * is set. A failure prints the seed, the path and the shrunk steps (with a
+ * Replay: the seed is printed (`# seed ...`): fixed in `make check`, drawn
+ * afresh each soak run (`SOAK=1`), MODEL_SEED when set. A failure prints the seed, the path and the shrunk steps (with a
  * `replayPath`); run exactly that case again with
  *   MODEL_SEED=<seed> MODEL_PATH=<path> MODEL_REPLAY_PATH=<replayPath> \
  *     npx tap test/reliability/model.test.ts --disable-coverage
@@ -43,6 +43,7 @@ import t from 'tap';
 import type { App } from '../../apps/server/app.js';
 import { newId } from '../../kernel/ids/index.js';
 import { secondInstance, startTestApp, type TestApp, type TestPrincipal } from '../harness/app.js';
+import { describeSeed, pickSeed } from '../harness/seed.js';
 import { bySoak, soak } from '../harness/soak.js';
 import {
   advance,
@@ -76,8 +77,12 @@ import {
 // The soak variant runs far longer than the suite's file timeout.
 if (soak) t.setTimeout(30 * 60_000);
 
-/** The seed when MODEL_SEED is not set. */
-const DEFAULT_SEED = 20260601;
+/**
+ * The seed: MODEL_SEED when set (a replay), else fixed in `make check` so
+ * every run checks the same steps, else drawn afresh in a soak run so each
+ * soak explores new ones.
+ */
+const SEED = pickSeed('MODEL_SEED', 20260601);
 /** Steps (commands) a normal run must check at least. */
 const MIN_STEPS = bySoak(2000, 15000);
 /** fast-check runs; each is a fresh key space with up to MAX_COMMANDS steps. */
@@ -737,13 +742,13 @@ void t.test(
       headers: { authorization: `Bearer ${created.token}` },
     };
     const principals = { alice: k.alice, bob: k.bob, carol };
-    const seed = Number(process.env['MODEL_SEED'] ?? DEFAULT_SEED);
+    const seed = SEED.value;
     const path = process.env['MODEL_PATH'];
     const replayPath = process.env['MODEL_REPLAY_PATH'];
     t.comment(
-      `seed ${String(seed)}${path === undefined ? '' : ` path ${path}`}, ${String(RUNS)} runs of up to ${String(
+      `${describeSeed('MODEL_SEED', SEED)}${path === undefined ? '' : ` path ${path}`}, ${String(RUNS)} runs of up to ${String(
         MAX_COMMANDS,
-      )} steps (replay: MODEL_SEED=${String(seed)} MODEL_PATH=<path>)`,
+      )} steps (one case: add MODEL_PATH=<path>)`,
     );
     const started = Date.now();
     const setup = (): { model: ModelBox; real: Real } => {
