@@ -34,6 +34,12 @@ const definitions = {
     title: 'Forbidden',
     description: 'The caller is authenticated but not allowed to perform this operation.',
   },
+  forbidden_path: {
+    status: 403,
+    title: 'Forbidden path',
+    description:
+      'The request path is refused as it stands: it climbs out of the folder it names (`..`, `.`, `//`), holds a NUL, or names a file too long to look up. Ask for the file by its plain path.',
+  },
   not_found: {
     status: 404,
     title: 'Not found',
@@ -90,6 +96,12 @@ const definitions = {
     title: 'Expectation failed',
     description:
       'The request carries an Expect header the server cannot meet; send it without one (100-continue is understood).',
+  },
+  range_not_satisfiable: {
+    status: 416,
+    title: 'Range not satisfiable',
+    description:
+      'The Range header asks for bytes the file does not have, or is malformed; Content-Range (bytes */<size>) gives the size. Ask for a range within it, or send no Range.',
   },
   idempotency_key_reuse: {
     status: 422,

@@ -1,6 +1,6 @@
 import t from 'tap';
 import { problem } from '../../kernel/errs/index.js';
-import { fieldErrors, toAppError } from './problems.js';
+import { fieldErrors, MAX_LISTED_FIELD_ERRORS, toAppError } from './problems.js';
 
 void t.test('an AppError maps to itself', (t) => {
   const e = problem('not_found', 'No such account.');
@@ -93,6 +93,77 @@ void t.test(
     t.notMatch(internal.detail, /srv/);
     t.equal(toAppError('a string').code, 'internal_error');
     t.equal(toAppError(null).code, 'internal_error');
+    t.end();
+  },
+);
+
+void t.test('a validation error that names nothing still lists one entry', (t) => {
+  const e = toAppError(
+    Object.assign(new Error('body is invalid'), {
+      statusCode: 400,
+      validationContext: 'body',
+      validation: [],
+    }),
+  );
+  t.equal(e.code, 'validation_failed');
+  t.same(e.errors, [{ pointer: '#body', code: 'invalid' }]);
+  t.end();
+});
+
+void t.test('a validation error lists a bounded number of entries and counts the rest', (t) => {
+  const many = Array.from({ length: MAX_LISTED_FIELD_ERRORS + 23 }, (_, i) => ({
+    instancePath: `/x${String(i)}`,
+    keyword: 'additionalProperties',
+  }));
+  const e = toAppError(
+    Object.assign(new Error('x'), { statusCode: 400, validationContext: 'body', validation: many }),
+  );
+  t.equal(e.errors?.length, MAX_LISTED_FIELD_ERRORS);
+  t.equal(e.errors?.[0]?.pointer, '#body/x0');
+  t.match(e.detail, `${String(MAX_LISTED_FIELD_ERRORS + 23)} problems`);
+  const few = toAppError(
+    Object.assign(new Error('x'), {
+      statusCode: 400,
+      validationContext: 'body',
+      validation: many.slice(0, MAX_LISTED_FIELD_ERRORS),
+    }),
+  );
+  t.equal(few.errors?.length, MAX_LISTED_FIELD_ERRORS);
+  t.equal(few.detail, 'The request is not valid.');
+  t.end();
+});
+
+void t.test(
+  'static-file refusals keep their client status: 403 forbidden_path, 416 with its Content-Range',
+  (t) => {
+    const forbidden = toAppError(
+      Object.assign(new Error('Forbidden'), { code: 'FST_STATIC_FORBIDDEN_PATH', statusCode: 403 }),
+    );
+    t.equal(forbidden.code, 'forbidden_path');
+    t.equal(forbidden.status, 403);
+    const range = toAppError(
+      Object.assign(new Error('Range Not Satisfiable'), {
+        statusCode: 416,
+        headers: { 'Content-Range': 'bytes */187535' },
+      }),
+    );
+    t.equal(range.code, 'range_not_satisfiable');
+    t.equal(range.status, 416);
+    t.same(range.headers, { 'content-range': 'bytes */187535' });
+    const odd = toAppError(
+      Object.assign(new Error('x'), {
+        statusCode: 416,
+        headers: { 'content-range': 'bytes */1\r\nx: y' },
+      }),
+    );
+    t.equal(odd.headers, undefined, 'a header of another shape is not copied');
+    t.equal(
+      toAppError(Object.assign(new Error('x'), { statusCode: 416, headers: 'no' })).headers,
+      undefined,
+    );
+    t.equal(toAppError(Object.assign(new Error('m'), { statusCode: 403 })).code, 'forbidden');
+    const teapot = toAppError(Object.assign(new Error("I'm a teapot"), { statusCode: 418 }));
+    t.equal(teapot.status, 400, 'a client status without a code of its own is a 400, not a 500');
     t.end();
   },
 );

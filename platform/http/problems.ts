@@ -53,6 +53,33 @@ function isUnavailable(code: unknown): boolean {
   return typeof code === 'string' && (UNAVAILABLE_CODES.has(code) || code.startsWith('08'));
 }
 
+/**
+ * How many entries the `errors` list of a validation problem holds at most;
+ * the detail counts the rest. Documented in docs/api/README.md.
+ */
+export const MAX_LISTED_FIELD_ERRORS = 100;
+
+const CONTENT_RANGE = /^bytes \*\/\d{1,16}$/;
+
+/**
+ * The `Content-Range` of an http-errors error (`headers` member, any case),
+ * when it is the unsatisfied-range form: `bytes`, a space, a star, a slash
+ * and the file's size in bytes.
+ *
+ * @param err the library's error.
+ * @returns the header's value, or undefined when absent or of another shape.
+ */
+function contentRangeOf(err: unknown): string | undefined {
+  const headers = (err as { headers?: unknown }).headers;
+  if (typeof headers !== 'object' || headers === null) return undefined;
+  for (const [name, value] of Object.entries(headers)) {
+    if (name.toLowerCase() === 'content-range' && typeof value === 'string') {
+      return CONTENT_RANGE.test(value) ? value : undefined;
+    }
+  }
+  return undefined;
+}
+
 const snake = (s: string): string => s.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase();
 
 /**
@@ -68,6 +95,10 @@ export function fieldErrors(
   items: readonly ValidationItem[],
 ): ProblemFieldError[] {
   const root = CONTEXT_ROOT[context ?? 'body'] ?? '#body';
+  // A validator that fails without naming anything (one that filtered its
+  // own findings away) still gets an entry: an empty list reads as "nothing
+  // wrong", and a client that shows errors[] would show nothing.
+  if (items.length === 0) return [{ pointer: root, code: 'invalid' }];
   return items.map((item) => {
     let path = item.instancePath ?? '';
     if (item.keyword === 'required' && typeof item.params?.['missingProperty'] === 'string') {
@@ -99,8 +130,29 @@ export function toAppError(err: unknown): AppError {
   };
   if (Array.isArray(e.validation)) {
     const context = typeof e.validationContext === 'string' ? e.validationContext : undefined;
-    return problem('validation_failed', 'The request is not valid.', {
-      errors: fieldErrors(context, e.validation as ValidationItem[]),
+    const items = e.validation as ValidationItem[];
+    const listed = fieldErrors(context, items.slice(0, MAX_LISTED_FIELD_ERRORS));
+    // A body can hold thousands of wrong members: the answer lists a bounded
+    // number and counts the rest in the detail, so a 400 stays small.
+    const detail =
+      items.length > MAX_LISTED_FIELD_ERRORS
+        ? `The request is not valid: ${String(items.length)} problems, the first ${String(MAX_LISTED_FIELD_ERRORS)} listed.`
+        : 'The request is not valid.';
+    return problem('validation_failed', detail, { errors: listed, cause: err });
+  }
+  if (e.code === 'FST_STATIC_FORBIDDEN_PATH') {
+    // @fastify/static refuses a path that climbs out of its folder or that
+    // it cannot check (`..`, `.`, `//`, a NUL, a name too long for the file
+    // system): the client's request, not a server fault.
+    return problem('forbidden_path', 'The request path is not allowed.', { cause: err });
+  }
+  if (e.statusCode === 416) {
+    // @fastify/send's RangeNotSatisfiableError carries the Content-Range
+    // that RFC 9110 asks for (`bytes */<size>`); only that shape is copied.
+    const range = contentRangeOf(err);
+    return problem('range_not_satisfiable', 'The requested range is outside the file.', {
+      ...(range === undefined ? {} : { headers: { 'content-range': range } }),
+      hint: 'Read the size in Content-Range and ask for a range within it, or send no Range.',
       cause: err,
     });
   }
@@ -144,6 +196,7 @@ export function toAppError(err: unknown): AppError {
   const status = typeof e.statusCode === 'number' ? e.statusCode : 500;
   const byStatus: Readonly<Record<number, Parameters<typeof problem>[0]>> = {
     400: 'validation_failed',
+    403: 'forbidden',
     404: 'not_found',
     405: 'method_not_allowed',
     413: 'payload_too_large',
@@ -151,7 +204,10 @@ export function toAppError(err: unknown): AppError {
     429: 'rate_limited',
     503: 'service_unavailable',
   };
-  const code = byStatus[status];
+  // A library's refusal with a client status this table has no word for is
+  // still the client's fault: answered as a 400, never as a server error.
+  const code =
+    byStatus[status] ?? (status >= 400 && status < 500 ? 'validation_failed' : undefined);
   if (code !== undefined && code !== 'validation_failed') {
     // The catalogue's words, not the thrown message: a library's message may
     // name internals.

@@ -1,3 +1,5 @@
+import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
 import { PassThrough, Writable } from 'node:stream';
 import t from 'tap';
 import { principalActor, type Authenticator } from '../../kernel/actor/index.js';
@@ -315,5 +317,145 @@ void t.test(
       /^HTTP\/1\.1 400 .*"pointer":"#","code":"malformed_request"/s,
     );
     t.end();
+  },
+);
+
+/** One answer read over a real socket: status, headers and body. */
+interface RawAnswer {
+  readonly status: number;
+  readonly headers: IncomingHttpHeaders;
+  readonly body: string;
+}
+
+/**
+ * Sends one request over a real socket, path as given (no normalisation,
+ * as `curl --path-as-is` does), and reads the whole answer.
+ */
+function rawGet(port: number, path: string, headers: Record<string, string> = {}) {
+  return new Promise<RawAnswer>((resolve, reject) => {
+    const req = httpRequest({ host: '127.0.0.1', port, path, headers }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => (body += chunk));
+      res.on('end', () => {
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, body });
+      });
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+void t.test(
+  'bad paths and ranges under /docs/static/ are 4xx problems with their status, never 5xx, logged below error',
+  async (t) => {
+    const { app, sink } = await server();
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    t.teardown(() => app.close());
+    const port = (app.server.address() as AddressInfo).port;
+    const cases: [string, Record<string, string>, number, string][] = [
+      ['/docs/static/../package.json', {}, 403, 'forbidden_path'],
+      ['/docs/static/%00', {}, 403, 'forbidden_path'],
+      ['/docs/static/.', {}, 403, 'forbidden_path'],
+      ['/docs/static//etc/passwd', {}, 403, 'forbidden_path'],
+      [`/docs/static/${'a'.repeat(300)}`, {}, 403, 'forbidden_path'],
+      ['/docs/static/swagger-ui.css', { range: 'bytes=999999999-' }, 416, 'range_not_satisfiable'],
+      ['/docs/static/swagger-ui.css', { range: 'bytes=5-1' }, 416, 'range_not_satisfiable'],
+      ['/docs/static/swagger-ui.css', { range: 'bytes=-0' }, 416, 'range_not_satisfiable'],
+    ];
+    const css = await rawGet(port, '/docs/static/swagger-ui.css');
+    t.equal(css.status, 200, 'the file itself is served');
+    for (const [path, headers, status, code] of cases) {
+      const label = `${path.slice(0, 40)} ${JSON.stringify(headers)}`;
+      const res = await rawGet(port, path, headers);
+      t.equal(res.status, status, label);
+      t.equal(res.headers['content-type'], 'application/problem+json; charset=utf-8', label);
+      const body = JSON.parse(res.body) as { code: string; status: number; correlation_id: string };
+      t.equal(body.code, code, label);
+      t.equal(body.status, status, label);
+      t.equal(body.correlation_id, res.headers['correlation-id'], label);
+      if (status === 416) {
+        t.equal(
+          res.headers['content-range'],
+          `bytes */${String(css.headers['content-length'])}`,
+          label,
+        );
+      }
+    }
+    const errors = sink.lines.filter((l) => typeof l['level'] === 'number' && l['level'] >= 50);
+    t.same(errors, [], 'nothing is logged at error level');
+  },
+);
+
+void t.test(
+  'every answer under /api/ carries Cache-Control: no-store, and so do the probes',
+  async (t) => {
+    const { app } = await server();
+    app.get('/api/v1/thing', { config: { auth: 'none' } }, () => ({ ok: true }));
+    app.get('/api/v1/broken', { config: { auth: 'none' } }, () => {
+      throw new Error('boom');
+    });
+    app.get('/api/v1/private', { config: { auth: 'required' } }, () => ({ ok: true }));
+    const urls = [
+      '/api/v1/thing',
+      '/api/v1/thing?x=1',
+      '/api/v1/broken',
+      '/api/v1/private',
+      '/api/v1/nowhere',
+      '/healthz',
+      '/readyz',
+    ];
+    for (const url of urls) {
+      const res = await app.inject({ url });
+      t.equal(res.headers['cache-control'], 'no-store', url);
+    }
+    const doc = await app.inject({ url: '/docs/json' });
+    t.equal(doc.statusCode, 200);
+    t.not(doc.headers['cache-control'], 'no-store', 'the API document may be cached');
+  },
+);
+
+void t.test(
+  'a client that goes away mid-request is logged below error, without a stack',
+  async (t) => {
+    const { app, sink } = await server();
+    let handlerRan = false;
+    app.post('/api/v1/upload', { config: { auth: 'none', idempotent: false } }, () => {
+      handlerRan = true;
+      return { ok: true };
+    });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    t.teardown(() => app.close());
+    const port = (app.server.address() as AddressInfo).port;
+    const socket = connect(port, '127.0.0.1');
+    await new Promise<void>((resolve) => socket.once('connect', resolve));
+    socket.write(
+      'POST /api/v1/upload HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
+        'Content-Length: 100\r\n\r\n{"name":',
+    );
+    // Wait until the server holds the request (its line is logged), then
+    // reset the connection as a client that crashed or lost its network would.
+    const deadline = Date.now() + 5000;
+    while (!sink.lines.some((l) => l['msg'] === 'incoming request') && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    socket.resetAndDestroy();
+    const settled = (): Record<string, unknown> | undefined =>
+      sink.lines.find(
+        (l) =>
+          l['msg'] !== 'incoming request' &&
+          l['msg'] !== 'request completed' &&
+          typeof l['correlation_id'] === 'string',
+      );
+    while (settled() === undefined && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    const line = settled();
+    t.ok(line, 'the lost request is logged');
+    t.ok(typeof line?.['level'] === 'number' && line['level'] < 50, 'below error');
+    t.notOk(JSON.stringify(line).includes('"stack"'), 'without a stack');
+    const errors = sink.lines.filter((l) => typeof l['level'] === 'number' && l['level'] >= 50);
+    t.same(errors, [], 'nothing is logged at error level');
+    t.notOk(handlerRan, 'the handler never ran: the body never arrived');
   },
 );

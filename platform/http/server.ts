@@ -17,6 +17,7 @@ import rateLimit from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Settings as TypeBoxSettings } from 'typebox/system';
 import type { Authenticator } from '../../kernel/actor/index.js';
 import type { Clock } from '../../kernel/clock/index.js';
 import type { Metrics } from '../../kernel/metrics/index.js';
@@ -203,6 +204,59 @@ function idempotencyMetrics(metrics: Metrics): (event: IdempotencyEvent) => void
 export const DOCS_PREFIX = '/docs';
 
 /**
+ * How many findings a TypeBox-compiled validator collects before it stops
+ * looking. TypeBox's default is 8, and a validator that filters its
+ * findings (the ledger's strict one drops the per-member entries of
+ * `additionalProperties: false` for the summary entry that comes after
+ * them) was left with an empty list once eight unknown members used up the
+ * budget. High enough for any honest request, bounded so a body of
+ * thousands of wrong members costs no more than a few milliseconds; the
+ * answer lists at most MAX_LISTED_FIELD_ERRORS of them (problems.ts).
+ */
+export const VALIDATION_SCAN_LIMIT = 1000;
+
+/**
+ * Whether a request path is under the API (`/api/...`), whose answers are
+ * never to be stored by a cache.
+ *
+ * @param url the request URL as received, query included.
+ * @returns true for `/api` and everything under `/api/`.
+ */
+export function isApiPath(url: string): boolean {
+  const path = url.split('?', 1)[0] ?? '';
+  return path === '/api' || path.startsWith('/api/');
+}
+
+/** Paths whose answers say what is true now: a cached copy would mislead. */
+const UNCACHEABLE_PROBES: ReadonlySet<string> = new Set(['/healthz', '/readyz']);
+
+/** Error codes a request stream fails with when the client's connection is gone. */
+const CLIENT_GONE_CODES: ReadonlySet<string> = new Set([
+  'ECONNRESET',
+  'ECONNABORTED',
+  'EPIPE',
+  'ERR_STREAM_PREMATURE_CLOSE',
+]);
+
+/**
+ * Whether an error is the client going away (a reset or closed connection
+ * while its request was read or answered) rather than a server fault. Only
+ * the request's own stream failing, or a connection error while the
+ * client's socket is gone, counts: a database connection reset (also
+ * ECONNRESET) while the client is still there stays a server error.
+ *
+ * @param error what the error handler got.
+ * @param req the request.
+ * @returns true when the client left.
+ */
+function clientWentAway(error: unknown, req: FastifyRequest): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  if (req.raw.errored === error) return true;
+  const code = (error as { code?: unknown }).code;
+  return typeof code === 'string' && CLIENT_GONE_CODES.has(code) && req.raw.socket.destroyed;
+}
+
+/**
  * Sends an {@link AppError} as problem+json with its headers.
  *
  * @param reply the reply.
@@ -245,6 +299,9 @@ export function correlationIdOf(req: {
  * @returns the Fastify instance, not listening.
  */
 export async function createHttpServer(options: HttpServerOptions): Promise<HttpServer> {
+  // A process-wide TypeBox setting, set by the one place that turns
+  // validation findings into answers; the same value every time.
+  TypeBoxSettings.Set({ maxErrors: VALIDATION_SCAN_LIMIT });
   const app = Fastify({
     loggerInstance: options.logger,
     bodyLimit: options.bodyLimit,
@@ -302,6 +359,18 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     reply.header('correlation-id', req.id);
     // Callback style: everything after this hook runs inside the context.
     runWithContext(newRequestContext(req.id), done);
+  });
+
+  // Every answer, a problem or a replay included, passes onSend: the one
+  // place where no route or plugin can reset the header away. API answers
+  // carry principals' data and one-time secrets (a new token); probes say
+  // what is true now. The API document and its UI keep @fastify/static's
+  // validators (docs/DECISIONS.md).
+  app.addHook('onSend', (req, reply, payload, done) => {
+    if (isApiPath(req.url) || UNCACHEABLE_PROBES.has(req.url.split('?', 1)[0] ?? '')) {
+      reply.header('cache-control', 'no-store');
+    }
+    done(null, payload);
   });
 
   // Stage 3, authentication: app-level, so it runs before every route-level
@@ -385,6 +454,20 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   }
 
   app.setErrorHandler((error: unknown, req: FastifyRequest, reply: FastifyReply) => {
+    if (clientWentAway(error, req)) {
+      // Not a server fault: nobody reads the answer, and a stack would only
+      // bury real errors. Answered (and counted) as the client's 400.
+      const code = (error as { code?: unknown }).code;
+      req.log.info({ code }, 'client went away');
+      return sendProblem(
+        reply,
+        problem('validation_failed', 'The request did not arrive completely.', {
+          errors: [{ pointer: '#', code: 'incomplete' }],
+          cause: error,
+        }),
+        req.id,
+      );
+    }
     const appError = toAppError(error);
     if (appError.status >= 500) {
       req.log.error({ err: error }, 'request failed');

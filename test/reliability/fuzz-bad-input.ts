@@ -1296,13 +1296,15 @@ function authText(value: AuthValue, ctx: FuzzContext): string {
 }
 
 /**
- * Who a request authenticates as: Node.js keeps the first of repeated
- * `Authorization` headers; a present header must be a bearer token of a
- * principal, anything else is refused (never anonymous).
+ * Who a request authenticates as: two or more `Authorization` headers are
+ * refused (a proxy may read another one than Node.js, which keeps the
+ * first); a present header must be a bearer token of a principal, anything
+ * else is refused (never anonymous).
  */
 function authVerdict(values: readonly string[], ctx: FuzzContext): AuthVerdict {
   const first = values[0];
   if (first === undefined) return 'anonymous';
+  if (values.length > 1) return 'refused';
   const token = BEARER.exec(trimOws(first))?.[1];
   if (token === ctx.tokens.alice) return 'alice';
   if (token === ctx.tokens.bob) return 'bob';
