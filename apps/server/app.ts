@@ -7,6 +7,7 @@ import { performance } from 'node:perf_hooks';
 import { systemClock, type Clock } from '../../kernel/clock/index.js';
 import { InMemoryMetrics, type Metrics } from '../../kernel/metrics/index.js';
 import type { Config } from '../../platform/config/index.js';
+import { applyConnectionLimits } from '../../platform/http/limits.js';
 import { createHttpServer, type HttpServer } from '../../platform/http/server.js';
 import { startWorker, type WorkerHandle } from '../../platform/jobs/index.js';
 import type { Logger } from '../../platform/log/index.js';
@@ -219,6 +220,12 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     ...(prometheus === undefined
       ? {}
       : { metricsRoute: { path: config.metrics.path, exposition: () => prometheus.exposition() } }),
+  });
+  applyConnectionLimits(http.server, {
+    requestTimeoutMs: config.http.request_timeout,
+    headersTimeoutMs: config.http.headers_timeout,
+    keepAliveTimeoutMs: config.http.keep_alive_timeout,
+    maxConnections: config.http.max_connections,
   });
   for (const m of modules) await m.routes?.(http);
   await http.ready();

@@ -12,6 +12,10 @@ const DEFAULTS: Config = {
     body_limit: 1_048_576,
     rate_limit_max: 100,
     rate_limit_window: 60_000,
+    request_timeout: 30_000,
+    headers_timeout: 10_000,
+    keep_alive_timeout: 5_000,
+    max_connections: 1024,
   },
   database: {
     url: '',

@@ -304,6 +304,33 @@ export const ConfigSchema = Type.Object(
         min: '1ms',
         max: MAX_TIMER,
       }),
+      request_timeout: duration({
+        default: '30s',
+        description:
+          'Longest time a client may take to send a whole request, head and body; a slower one (a stalled or trickled body) gets 408 request_timeout and its connection is closed.',
+        min: '1s',
+        max: MAX_TIMER,
+      }),
+      headers_timeout: duration({
+        default: '10s',
+        description:
+          'Longest time a client may take to send the head of a request; a slower one gets 408 request_timeout. A value over http.request_timeout counts as http.request_timeout.',
+        min: '1s',
+        max: MAX_TIMER,
+      }),
+      keep_alive_timeout: duration({
+        default: '5s',
+        description:
+          'How long an idle keep-alive connection stays open waiting for the next request.',
+        min: '1ms',
+        max: MAX_TIMER,
+      }),
+      max_connections: integer({
+        default: 1024,
+        description:
+          'Connections one process accepts at once; a connection over the limit is closed as soon as it is accepted. Also bounded by the file descriptors the process may open.',
+        minimum: 1,
+      }),
     }),
     database: group({
       url: postgresUrl({

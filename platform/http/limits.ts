@@ -1,0 +1,38 @@
+/**
+ * What one client may cost the HTTP listener: how long it may take to send
+ * a request, how long an idle connection stays, how many connections a
+ * process holds. Applied to Node.js's server before it listens, from the
+ * `http.*` configuration keys.
+ */
+import type { Server } from 'node:http';
+
+/** The limits, in milliseconds and counts. */
+export interface ConnectionLimits {
+  /** A whole request, head and body (`http.request_timeout`): 408 after it. */
+  readonly requestTimeoutMs: number;
+  /** The head of a request (`http.headers_timeout`), at most the above: 408 after it. */
+  readonly headersTimeoutMs: number;
+  /** An idle keep-alive connection (`http.keep_alive_timeout`). */
+  readonly keepAliveTimeoutMs: number;
+  /** Connections held at once (`http.max_connections`); more are closed when accepted. */
+  readonly maxConnections: number;
+}
+
+/**
+ * Applies the limits to a server that does not listen yet. Node.js checks
+ * the request and head timeouts on an interval (30 s by default, which
+ * would let a stalled body hold its socket up to twice its limit): the
+ * interval is set to a quarter of the head timeout, at most a second.
+ *
+ * @param server Node.js's HTTP server (Fastify's `app.server`), before listen.
+ * @param limits the limits.
+ */
+export function applyConnectionLimits(server: Server, limits: ConnectionLimits): void {
+  server.requestTimeout = limits.requestTimeoutMs;
+  // Node.js requires the head's limit to be within the whole request's.
+  server.headersTimeout = Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs);
+  server.keepAliveTimeout = limits.keepAliveTimeoutMs;
+  server.maxConnections = limits.maxConnections;
+  (server as Server & { connectionsCheckingInterval: number }).connectionsCheckingInterval =
+    Math.max(50, Math.min(1000, Math.floor(server.headersTimeout / 4)));
+}
