@@ -19,7 +19,12 @@ import {
 } from '../../platform/metrics/index.js';
 import type { ModuleDescriptor } from '../../platform/module/index.js';
 import { createSql, type Sql } from '../../platform/pg/client.js';
-import { PgDatabase, PgUnitOfWork, type FaultContext } from '../../platform/pg/uow.js';
+import {
+  PgDatabase,
+  PgUnitOfWork,
+  unitOfWorkSettings,
+  type FaultContext,
+} from '../../platform/pg/uow.js';
 import { createIdentityModule, type IdentityModule } from '../../modules/identity/index.js';
 import { createLedgerModule } from '../../modules/ledger/index.js';
 import { createSyncModule, type SyncModule } from '../../modules/sync/index.js';
@@ -155,10 +160,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   });
   const db = new PgDatabase(sql);
   const uow = new PgUnitOfWork(db, {
-    lockTimeoutMs: config.database.lock_timeout,
-    statementTimeoutMs: config.database.statement_timeout,
-    transactionTimeoutMs: config.database.transaction_timeout,
-    retryMax: config.database.tx_retry_max,
+    ...unitOfWorkSettings(config.database),
     ...(deps.faultHook === undefined ? {} : { faultHook: deps.faultHook }),
     onRetry: ({ attempt, code, name }) => {
       deps.logger.debug({ attempt, code, unit: name }, 'unit of work retried');

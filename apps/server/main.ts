@@ -10,7 +10,7 @@ import { createLogger, type Logger } from '../../platform/log/index.js';
 import { installWorkerSchema } from '../../platform/jobs/index.js';
 import { runMigrations } from '../../platform/migrate/index.js';
 import { assertServerVersion, createSql } from '../../platform/pg/client.js';
-import { PgDatabase, PgUnitOfWork } from '../../platform/pg/uow.js';
+import { PgDatabase, PgUnitOfWork, unitOfWorkSettings } from '../../platform/pg/uow.js';
 import { systemClock } from '../../kernel/clock/index.js';
 import { createPrincipalWithToken } from '../../modules/identity/index.js';
 import { openDatabase, type DatabaseTarget } from '../../platform/pg/database.js';
@@ -142,12 +142,7 @@ async function createPrincipal(
   const sql = createSql(target.appUrl, { max: 2, applicationName: `${config.app.name}-cli` });
   try {
     const db = new PgDatabase(sql);
-    const uow = new PgUnitOfWork(db, {
-      lockTimeoutMs: config.database.lock_timeout,
-      statementTimeoutMs: config.database.statement_timeout,
-      transactionTimeoutMs: config.database.transaction_timeout,
-      retryMax: config.database.tx_retry_max,
-    });
+    const uow = new PgUnitOfWork(db, unitOfWorkSettings(config.database));
     const created = await createPrincipalWithToken(
       { db, uow, clock: systemClock },
       { displayName: command.name, kind: command.principalKind },

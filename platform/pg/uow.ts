@@ -56,6 +56,28 @@ export interface TransactionTimeouts {
   readonly transactionTimeoutMs: number;
 }
 
+/**
+ * The unit of work's settings from the `database` configuration group: the
+ * three timeouts and the retries, the same for the server and the CLI.
+ *
+ * @param database `database.lock_timeout`, `statement_timeout`,
+ *   `transaction_timeout` (ms) and `tx_retry_max`.
+ * @returns the options of {@link PgUnitOfWork}.
+ */
+export function unitOfWorkSettings(database: {
+  readonly lock_timeout: number;
+  readonly statement_timeout: number;
+  readonly transaction_timeout: number;
+  readonly tx_retry_max: number;
+}): PgUnitOfWorkOptions {
+  return {
+    lockTimeoutMs: database.lock_timeout,
+    statementTimeoutMs: database.statement_timeout,
+    transactionTimeoutMs: database.transaction_timeout,
+    retryMax: database.tx_retry_max,
+  };
+}
+
 /** Context given to the test fault hook. */
 export interface FaultContext {
   /** The attempt about to commit (1 is the first run). */

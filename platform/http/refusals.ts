@@ -1,0 +1,118 @@
+/**
+ * What the HTTP layer answers before there is a request to route, or when
+ * the client is gone: Node.js's parser refusals and an unmet Expect as
+ * problems written to the socket, and how a client that went away is told
+ * from a server fault.
+ */
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { FastifyRequest } from 'fastify';
+import { newId } from '../../kernel/ids/index.js';
+import { problem, toProblemBody, type AppError } from '../../kernel/errs/index.js';
+import { PROBLEM_CONTENT_TYPE } from './idempotency/index.js';
+
+/** A problem answered before routing: its body and a fresh correlation id. */
+function rawProblem(appError: AppError): { id: string; body: string } {
+  const id = newId();
+  return { id, body: JSON.stringify(toProblemBody(appError, id)) };
+}
+
+/**
+ * The problem for an error of Node.js's HTTP parser: 431 for a head over the
+ * limit, 408 for a head or body that did not arrive in time (headersTimeout,
+ * requestTimeout), 413 for oversized chunk extensions, 400 otherwise.
+ *
+ * @param code the parser's error code.
+ * @returns the problem to answer.
+ */
+function parserRefusal(code: string | undefined) {
+  switch (code) {
+    case 'HPE_HEADER_OVERFLOW':
+      return problem('request_header_fields_too_large', 'The request head is too large.');
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      // A slow client, not a malformed request: it may send it again.
+      return problem('request_timeout', 'The request did not arrive in time.');
+    case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
+      return problem('payload_too_large', 'The chunk extensions are too large.');
+    default:
+      return problem('validation_failed', 'The request is not well-formed HTTP/1.1.', {
+        errors: [{ pointer: '#', code: 'malformed_request' }],
+      });
+  }
+}
+
+/**
+ * Answers what Node.js's HTTP parser refuses before any route runs (a
+ * malformed head or body framing, a head over the size limit, a slow
+ * client) with a problem,
+ * like every other refusal, instead of Fastify's default
+ * `{"error":"Bad Request",...}`. There is no request object yet: the answer
+ * gets a fresh correlation id, and the connection is closed: ended, then
+ * destroyed once the answer is flushed, even if the client keeps its side
+ * open (the server allows half-open connections).
+ *
+ * @param err the parser's error.
+ * @param socket the client's connection.
+ */
+export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed || !socket.writable) return;
+  const appError = parserRefusal(err.code);
+  const { id, body } = rawProblem(appError);
+  socket.end(
+    `HTTP/1.1 ${String(appError.status)} ${STATUS_CODES[appError.status] ?? ''}\r\n` +
+      `content-type: ${PROBLEM_CONTENT_TYPE}\r\ncontent-length: ${String(Buffer.byteLength(body))}\r\n` +
+      `correlation-id: ${id}\r\nconnection: close\r\n\r\n${body}`,
+    // Ending only our side would leave the connection open for as long as
+    // the client keeps its side open: a file descriptor held, and close()
+    // (the graceful shutdown) waiting on it. Fastify's default destroys it.
+    () => {
+      socket.destroy();
+    },
+  );
+}
+
+/**
+ * Answers an `Expect` other than `100-continue` (Node.js's `checkExpectation`
+ * event) with a `417 expectation_failed` problem, not Node.js's empty 417.
+ *
+ * @param _req the request.
+ * @param res its response.
+ */
+export function unmetExpectationHandler(_req: IncomingMessage, res: ServerResponse): void {
+  const { id, body } = rawProblem(
+    problem('expectation_failed', 'This server meets no such expectation.'),
+  );
+  res.writeHead(417, {
+    'content-type': PROBLEM_CONTENT_TYPE,
+    'content-length': Buffer.byteLength(body),
+    'correlation-id': id,
+    connection: 'close',
+  });
+  res.end(body);
+}
+
+/** Error codes a request stream fails with when the client's connection is gone. */
+const CLIENT_GONE_CODES: ReadonlySet<string> = new Set([
+  'ECONNRESET',
+  'ECONNABORTED',
+  'EPIPE',
+  'ERR_STREAM_PREMATURE_CLOSE',
+]);
+
+/**
+ * Whether an error is the client going away (a reset or closed connection
+ * while its request was read or answered) rather than a server fault. Only
+ * the request's own stream failing, or a connection error while the
+ * client's socket is gone, counts: a database connection reset (also
+ * ECONNRESET) while the client is still there stays a server error.
+ *
+ * @param error what the error handler got.
+ * @param req the request.
+ * @returns true when the client left.
+ */
+export function clientWentAway(error: unknown, req: FastifyRequest): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  if (req.raw.errored === error) return true;
+  const code = (error as { code?: unknown }).code;
+  return typeof code === 'string' && CLIENT_GONE_CODES.has(code) && req.raw.socket.destroyed;
+}
