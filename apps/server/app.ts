@@ -282,7 +282,18 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       if (closed) return;
       closed = true;
       await worker?.stop();
-      await http.close();
+      // close() stops Node.js's request timeouts and waits for every open
+      // request: a client that stalls its body would hold the shutdown
+      // forever. After one request timeout, what is still open is cut.
+      const drain = setTimeout(() => {
+        http.server.closeAllConnections();
+      }, config.http.request_timeout);
+      drain.unref();
+      try {
+        await http.close();
+      } finally {
+        clearTimeout(drain);
+      }
       // A listener that never bound has nothing to close.
       await listening?.then(
         (listener) => listener?.close(),

@@ -3,28 +3,18 @@
  */
 import type { onSendHookHandler } from 'fastify';
 
-/**
- * Whether a request path is under the API (`/api/...`), whose answers are
- * never to be stored by a cache.
- *
- * @param url the request URL as received, query included.
- * @returns true for `/api` and everything under `/api/`.
- */
-export function isApiPath(url: string): boolean {
-  const path = url.split('?', 1)[0] ?? '';
-  return path === '/api' || path.startsWith('/api/');
-}
-
-/** Paths whose answers say what is true now: a cached copy would mislead. */
-const UNCACHEABLE_PROBES: ReadonlySet<string> = new Set(['/healthz', '/readyz']);
+/** Routes of the API document and its UI, which keep @fastify/static's own caching. */
+const DOCS_ROUTES = '/docs';
 
 /**
- * The server's `onSend` hook: `Cache-Control: no-store` on every answer
- * under `/api/` and on the probes. Every answer, a problem or a replay
- * included, passes onSend: the one place where no route or plugin can reset
- * the header away. API answers carry principals' data and one-time secrets
- * (a new token); probes say what is true now. The API document and its UI
- * keep @fastify/static's validators.
+ * The server's `onSend` hook: `Cache-Control: no-store` on every answer but
+ * the API document's. Every answer, a problem or a replay included, passes
+ * onSend: the one place where no route or plugin can reset the header away.
+ * API answers carry principals' data and one-time secrets (a new token);
+ * probes say what is true now. The decision is made by the route that
+ * answers, not the URL as sent: the router decodes `/%61pi/...` to
+ * `/api/...`, which a test of the raw URL would miss. Unmatched requests
+ * (404s) get it too: no-store is the default, the API document the exception.
  *
  * @param req the request.
  * @param reply its reply.
@@ -32,7 +22,8 @@ const UNCACHEABLE_PROBES: ReadonlySet<string> = new Set(['/healthz', '/readyz'])
  * @param done Fastify's callback.
  */
 export const noStoreHook: onSendHookHandler = (req, reply, payload, done) => {
-  if (isApiPath(req.url) || UNCACHEABLE_PROBES.has(req.url.split('?', 1)[0] ?? '')) {
+  const route = req.is404 ? undefined : req.routeOptions.url;
+  if (route === undefined || !route.startsWith(DOCS_ROUTES)) {
     reply.header('cache-control', 'no-store');
   }
   done(null, payload);

@@ -196,7 +196,6 @@ export function toAppError(err: unknown): AppError {
   const status = typeof e.statusCode === 'number' ? e.statusCode : 500;
   const byStatus: Readonly<Record<number, Parameters<typeof problem>[0]>> = {
     400: 'validation_failed',
-    403: 'forbidden',
     404: 'not_found',
     405: 'method_not_allowed',
     413: 'payload_too_large',
@@ -204,10 +203,10 @@ export function toAppError(err: unknown): AppError {
     429: 'rate_limited',
     503: 'service_unavailable',
   };
-  // A library's refusal with a client status this table has no word for is
-  // still the client's fault: answered as a 400, never as a server error.
-  const code =
-    byStatus[status] ?? (status >= 400 && status < 500 ? 'validation_failed' : undefined);
+  // Only statuses this table names become client problems: a stray 4xx of
+  // unknown meaning (a 401 of an upstream, a 408, a 425) must not become a
+  // final answer stored under an idempotency key; it is a 500, not stored.
+  const code = byStatus[status];
   if (code !== undefined && code !== 'validation_failed') {
     // The catalogue's words, not the thrown message: a library's message may
     // name internals.

@@ -56,6 +56,16 @@ function parserRefusal(code: string | undefined) {
  */
 export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): void {
   if (err.code === 'ECONNRESET' || socket.destroyed || !socket.writable) return;
+  // An earlier request on this connection, received whole, is still being
+  // answered (this one's head stalled behind it, pipelined): bytes written
+  // now would read as that request's answer. Close without a word. A body
+  // that stalls is its own request's (not complete): that one gets its 408.
+  const pending = (socket as Duplex & { _httpMessage?: { req?: { complete?: boolean } } })
+    ._httpMessage;
+  if (pending?.req?.complete === true) {
+    socket.destroy();
+    return;
+  }
   const appError = parserRefusal(err.code);
   const { id, body } = rawProblem(appError);
   socket.end(
@@ -91,20 +101,12 @@ export function unmetExpectationHandler(_req: IncomingMessage, res: ServerRespon
   res.end(body);
 }
 
-/** Error codes a request stream fails with when the client's connection is gone. */
-const CLIENT_GONE_CODES: ReadonlySet<string> = new Set([
-  'ECONNRESET',
-  'ECONNABORTED',
-  'EPIPE',
-  'ERR_STREAM_PREMATURE_CLOSE',
-]);
-
 /**
- * Whether an error is the client going away (a reset or closed connection
- * while its request was read or answered) rather than a server fault. Only
- * the request's own stream failing, or a connection error while the
- * client's socket is gone, counts: a database connection reset (also
- * ECONNRESET) while the client is still there stays a server error.
+ * Whether an error is the client going away while its request was read
+ * (a reset or closed connection) rather than a server fault. Only the
+ * request's own stream failing counts, never an error code alone: a
+ * database connection reset is ECONNRESET too, and must stay a server
+ * error, all the more when clients give up during an outage.
  *
  * @param error what the error handler got.
  * @param req the request.
@@ -113,6 +115,11 @@ const CLIENT_GONE_CODES: ReadonlySet<string> = new Set([
 export function clientWentAway(error: unknown, req: FastifyRequest): boolean {
   if (typeof error !== 'object' || error === null) return false;
   if (req.raw.errored === error) return true;
-  const code = (error as { code?: unknown }).code;
-  return typeof code === 'string' && CLIENT_GONE_CODES.has(code) && req.raw.socket.destroyed;
+  // The idempotency plugin's body pass-through reports a request that
+  // closed before its body ended with this code (raw-body.ts).
+  return (
+    (error as { code?: unknown }).code === 'ERR_STREAM_PREMATURE_CLOSE' &&
+    req.raw.destroyed &&
+    !req.raw.complete
+  );
 }

@@ -49,7 +49,6 @@ export type HttpServer = FastifyInstance<
 /** Content type of every problem answer. */
 export { PROBLEM_CONTENT_TYPE };
 export { clientErrorHandler } from './refusals.js';
-export { isApiPath } from './caching.js';
 export type { IdempotencyStage } from './idempotency-stage.js';
 
 /** Options of {@link createHttpServer}. */

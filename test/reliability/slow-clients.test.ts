@@ -103,4 +103,19 @@ void t.test('slow and parked clients cost a bounded time and no 5xx', async (t) 
     server.lines.some((l) => typeof l['level'] === 'number' && l['level'] >= 50),
     'nothing logged as an error',
   );
+
+  // SIGTERM while a body stalls: the drain ends within one request timeout
+  // (close() alone stops the timeouts and would wait forever; found by review).
+  const holding = rawClient(port);
+  holding.socket.write(
+    'POST /api/v1/accounts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
+      `Authorization: Bearer ${token}\r\nContent-Length: 100\r\n\r\n{`,
+  );
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  const stopAsked = performance.now();
+  server.child.kill('SIGTERM');
+  t.equal(await server.exited, 0, 'stopped cleanly');
+  const took = performance.now() - stopAsked;
+  t.ok(took < 2000 + 3000, `and within the request timeout (${String(Math.round(took))} ms)`);
+  await holding.closed;
 });

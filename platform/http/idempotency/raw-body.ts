@@ -41,8 +41,14 @@ export function keepBytes(payload: Readable & { receivedEncodedLength?: number }
   // error, or a request that closes before its end (the client went away).
   payload.on('error', (err) => stream.destroy(err));
   payload.on('close', () => {
-    if (!payload.readableEnded)
-      stream.destroy(new Error('the request closed before its body ended'));
+    if (!payload.readableEnded) {
+      // The code a client that went away is told by (platform/http).
+      stream.destroy(
+        Object.assign(new Error('the request closed before its body ended'), {
+          code: 'ERR_STREAM_PREMATURE_CLOSE',
+        }),
+      );
+    }
   });
   payload.pipe(stream);
   return { stream, chunks };
