@@ -43,7 +43,11 @@ interface Probe {
 async function connect(port: number): Promise<Probe> {
   const socket = net.connect(port, '127.0.0.1');
   socket.on('error', () => undefined);
-  const closed = new Promise<void>((resolve) => socket.once('close', () => { resolve(); }));
+  const closed = new Promise<void>((resolve) =>
+    socket.once('close', () => {
+      resolve();
+    }),
+  );
   await new Promise<void>((resolve, reject) => {
     socket.once('connect', resolve);
     socket.once('close', () => {
