@@ -188,6 +188,8 @@ async function workerRunsAJob(owner: Sql): Promise<void> {
 /** What the clients saw around one failover. */
 interface FailoverFigures {
   readonly stoppedAt: number;
+  /** When `pg_ctl stop -m immediate` returned (the old primary is gone). */
+  readonly downAt: number;
   readonly promotedAt: number;
   readonly switchedAt: number;
   /** Time from the stop to the first 201 of an attempt sent after the stop. */
@@ -213,7 +215,8 @@ function describe(intents: readonly Intent[], failovers: readonly FailoverFigure
     `5xx answers: ${String(fiveXx)}; answers other than 201: ${JSON.stringify(Object.fromEntries(byStatus))}`,
     ...failovers.map(
       (f, n) =>
-        `failover ${String(n + 1)}: promoted ${(f.promotedAt - f.stoppedAt).toFixed(0)} ms after the stop, ` +
+        `failover ${String(n + 1)}: old primary down ${(f.downAt - f.stoppedAt).toFixed(0)} ms after the stop, ` +
+        `promoted at ${(f.promotedAt - f.stoppedAt).toFixed(0)} ms, ` +
         `forwarder switched at ${(f.switchedAt - f.stoppedAt).toFixed(0)} ms, ` +
         `first 201 on the new primary ${f.firstCreatedAfterMs === undefined ? 'never' : `${f.firstCreatedAfterMs.toFixed(0)} ms`} after the stop`,
     ),
@@ -301,11 +304,13 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
       );
       const stoppedAt = performance.now();
       await pair.stopPrimary();
+      const downAt = performance.now();
       await pair.promoteStandby();
       const promotedAt = performance.now();
       forwarder.switchTo(pair.primary().port);
       failovers.push({
         stoppedAt,
+        downAt,
         promotedAt,
         switchedAt: performance.now(),
         firstCreatedAfterMs: undefined,
@@ -325,6 +330,18 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
     f.firstCreatedAfterMs = after.length === 0 ? undefined : Math.min(...after) - f.stoppedAt;
   }
   for (const line of describe(intents, failovers)) t.comment(line);
+  for (const [n, api] of apis.entries()) {
+    const errors = new Map<string, number>();
+    for (const line of api.process.lines) {
+      if (typeof line['level'] === 'number' && line['level'] >= 50) {
+        const msg = String(line['msg']);
+        errors.set(msg, (errors.get(msg) ?? 0) + 1);
+      }
+    }
+    t.comment(
+      `api process ${String(n + 1)} logged errors: ${JSON.stringify(Object.fromEntries(errors))}`,
+    );
+  }
 
   t.equal(intents.length, total);
   t.same(
