@@ -1,0 +1,296 @@
+/**
+ * The outbox on real node:sqlite files in a temporary folder: durable
+ * settings, intents kept across a reopen, the order of lanes, one writer per
+ * file (in this process and from another one), and the refusals of a file
+ * that is no outbox or holds a corrupt row.
+ */
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+import t, { type Test } from 'tap';
+import {
+  IntentConflictError,
+  Outbox,
+  OutboxCorruptError,
+  OutboxLockedError,
+  OutboxOpenError,
+  newKey,
+  type NewIntent,
+} from './outbox.js';
+
+const KEY = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+async function tempFile(t: Test, name = 'outbox.sqlite'): Promise<string> {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'client-outbox-'));
+  t.teardown(() => fs.rm(dir, { recursive: true, force: true }));
+  return path.join(dir, name);
+}
+
+function transfer(amount: number, lanes: string[] = ['account:a', 'account:b']): NewIntent {
+  return {
+    operation: 'createTransfer',
+    method: 'POST',
+    path: '/api/v1/transfers',
+    body: { to_account_id: 'b', from_account_id: 'a', amount },
+    lanes,
+  };
+}
+
+void t.test(
+  'a new file is WAL, synchronous FULL, exclusively locked, and keeps intents',
+  async (t) => {
+    const file = await tempFile(t);
+    let now = 1_000;
+    const outbox = Outbox.open(file, { clock: () => now });
+    t.same(outbox.storage(), { journalMode: 'wal', synchronous: 'full', lockingMode: 'exclusive' });
+    const { intent, created } = outbox.enqueue(transfer(2500));
+    t.ok(created);
+    t.match(intent.key, KEY, 'the key is a UUIDv7');
+    t.equal(intent.createdAt, 1_000);
+    t.equal(intent.state, 'pending');
+    t.equal(intent.attempts, 0);
+    t.equal(
+      intent.body,
+      '{"amount":2500,"from_account_id":"a","to_account_id":"b"}',
+      'the body is kept in its RFC 8785 form, the bytes that will be sent',
+    );
+    now = 2_000;
+    outbox.enqueue({ ...transfer(1), key: newKey(() => now) });
+    outbox.close();
+    t.throws(() => outbox.list(), /closed/, 'a closed outbox refuses work');
+
+    const again = Outbox.open(file);
+    t.same(
+      again.list().map((i) => [i.key, i.state, i.createdAt]),
+      [
+        [intent.key, 'pending', 1_000],
+        [again.list()[1]?.key, 'pending', 2_000],
+      ],
+      'both intents survive the reopen, in the order stated',
+    );
+    again.close();
+    again.close();
+  },
+);
+
+void t.test(
+  'a key names one request: the same again is that intent, another is refused',
+  async (t) => {
+    const outbox = Outbox.open(await tempFile(t));
+    t.teardown(() => {
+      outbox.close();
+    });
+    const key = newKey();
+    const first = outbox.enqueue({ ...transfer(5), key });
+    const same = outbox.enqueue({
+      ...transfer(5),
+      key: key.toUpperCase(),
+      body: { amount: 5, to_account_id: 'b', from_account_id: 'a' },
+    });
+    t.notOk(same.created, 'the same request under the same key is the intent already stated');
+    t.equal(same.intent.seq, first.intent.seq);
+    t.throws(() => outbox.enqueue({ ...transfer(6), key }), IntentConflictError);
+    t.throws(() => outbox.enqueue({ ...transfer(5), key, path: '/api/v1/accounts' }), {
+      name: 'IntentConflictError',
+      message: new RegExp(key),
+    });
+    t.equal(outbox.list().length, 1, 'nothing was added');
+    t.throws(() => outbox.enqueue({ ...transfer(5), key: 'not-a-key' }), {
+      name: 'RangeError',
+      message: /UUIDv7/,
+    });
+    t.throws(
+      () => outbox.enqueue({ ...transfer(5), key: '0190f2a4-1b2c-4d3e-8f40-123456789abc' }),
+      {
+        message: /UUIDv7/,
+      },
+    );
+    t.throws(() => outbox.enqueue({ ...transfer(5), path: 'api/v1/transfers' }), /path/);
+    t.throws(() => outbox.enqueue({ ...transfer(5), path: '/api/v1/transfers?x=1' }), /query/);
+    t.throws(() => outbox.enqueue({ ...transfer(5), lanes: [''] }), /lane/);
+  },
+);
+
+void t.test('ready intents: one at a time per lane, in the order stated', async (t) => {
+  const outbox = Outbox.open(await tempFile(t));
+  t.teardown(() => {
+    outbox.close();
+  });
+  const ab = outbox.enqueue(transfer(1, ['account:a', 'account:b'])).intent;
+  const bc = outbox.enqueue(transfer(2, ['account:b', 'account:c'])).intent;
+  const de = outbox.enqueue(transfer(3, ['account:d', 'account:e'])).intent;
+  const free = outbox.enqueue(transfer(4, [])).intent;
+  const ad = outbox.enqueue(transfer(5, ['account:a', 'account:d'])).intent;
+  const seqs = (xs: { seq: number }[]) => xs.map((x) => x.seq);
+  t.same(
+    seqs(outbox.ready(0, new Set(), 10)),
+    [ab.seq, de.seq, free.seq],
+    'heads of lanes and the free intent',
+  );
+  t.same(seqs(outbox.ready(0, new Set([ab.seq]), 10)), [de.seq, free.seq], 'in flight is left out');
+  t.same(seqs(outbox.ready(0, new Set(), 2)), [ab.seq, de.seq], 'at most the limit');
+  t.equal(outbox.pendingCount(), 5);
+
+  // A retry scheduled later keeps its lane blocked until then.
+  outbox.recordRetry(ab.seq, 1, 500, '503 service_unavailable');
+  t.same(seqs(outbox.ready(0, new Set(), 10)), [de.seq, free.seq]);
+  t.equal(outbox.nextAttemptAt(), 0, 'the earliest attempt of any pending intent');
+  const retried = outbox.get(ab.key);
+  t.match(retried, { attempts: 1, nextAttemptAt: 500, lastError: '503 service_unavailable' });
+
+  outbox.recordFinal(ab.seq, {
+    attempts: 2,
+    state: 'done',
+    failure: null,
+    answer: { status: 201, replayed: true, headers: { location: '/x' }, body: '{"id":"t"}' },
+    now: 600,
+  });
+  outbox.recordFinal(de.seq, {
+    attempts: 1,
+    state: 'failed',
+    failure: 'key_reuse',
+    answer: { status: 422, replayed: false, headers: {}, body: '{"code":"idempotency_key_reuse"}' },
+    now: 700,
+  });
+  t.same(
+    seqs(outbox.ready(600, new Set(), 10)),
+    [bc.seq, free.seq, ad.seq],
+    'finished intents free their lanes',
+  );
+  t.match(outbox.get(ab.key), {
+    state: 'done',
+    attempts: 2,
+    finishedAt: 600,
+    answer: { status: 201, replayed: true, headers: { location: '/x' }, body: '{"id":"t"}' },
+  });
+  t.same(seqs(outbox.list({ state: 'failed' })), [de.seq]);
+  t.same(seqs(outbox.list({ state: 'done' })), [ab.seq]);
+  outbox.recordExpired(free.seq, 800);
+  t.match(outbox.get(free.key), {
+    state: 'failed',
+    failure: 'expired',
+    answer: null,
+    finishedAt: 800,
+  });
+  t.equal(outbox.pendingCount(), 2);
+  t.equal(outbox.get(newKey()), undefined);
+  t.throws(() => {
+    outbox.recordRetry(9_999, 1, 1, 'x');
+  }, /no pending intent 9999/);
+});
+
+void t.test('the outbox belongs to the principal that first reached the server', async (t) => {
+  const file = await tempFile(t);
+  const outbox = Outbox.open(file);
+  t.equal(outbox.principal(), undefined);
+  outbox.bindPrincipal('p1');
+  outbox.bindPrincipal('p1');
+  t.throws(
+    () => {
+      outbox.bindPrincipal('p2');
+    },
+    { name: 'OutboxPrincipalError', message: /belongs to principal p1.*p2/ },
+  );
+  outbox.close();
+  const again = Outbox.open(file);
+  t.equal(again.principal(), 'p1');
+  again.close();
+});
+
+void t.test(
+  'one writer per file: a second open is refused, in this process and another',
+  async (t) => {
+    const file = await tempFile(t);
+    const outbox = Outbox.open(file);
+    t.teardown(() => {
+      outbox.close();
+    });
+    t.throws(() => Outbox.open(file), OutboxLockedError);
+    t.throws(() => Outbox.open(file), { message: new RegExp(`${file}.*in use by another`) });
+    // Another process, with SQLite itself: it cannot even read.
+    const other = spawnSync(
+      process.execPath,
+      [
+        '-e',
+        `const { DatabaseSync } = require('node:sqlite');
+       const db = new DatabaseSync(process.argv[1]);
+       try { db.prepare('select count(*) from intents').get(); console.log('read'); }
+       catch (e) { console.log(e.message); }`,
+        file,
+      ],
+      { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    t.equal(other.stdout.trim(), 'database is locked', 'another process is locked out');
+    outbox.close();
+    const after = Outbox.open(file);
+    t.pass('once closed, the file opens again');
+    after.close();
+  },
+);
+
+void t.test('a file that is no outbox is refused in one line naming it', async (t) => {
+  const file = await tempFile(t, 'garbage.sqlite');
+  await fs.writeFile(
+    file,
+    'this is not a database, just some bytes that go on for a while'.repeat(20),
+  );
+  t.throws(() => Outbox.open(file), OutboxOpenError);
+  t.throws(() => Outbox.open(file), { message: new RegExp(`${file}.*not a database`) });
+  const dir = path.dirname(file);
+  t.throws(() => Outbox.open(dir), { name: 'OutboxOpenError', message: new RegExp(dir) });
+  t.throws(() => Outbox.open(path.join(dir, 'missing', 'x.sqlite')), {
+    name: 'OutboxOpenError',
+    message: /cannot open/,
+  });
+  const foreign = path.join(dir, 'foreign.sqlite');
+  const db = new DatabaseSync(foreign);
+  db.exec('create table intents (x integer)');
+  db.close();
+  t.throws(() => Outbox.open(foreign), { name: 'OutboxOpenError', message: /not an outbox/ });
+  const future = path.join(dir, 'future.sqlite');
+  Outbox.open(future).close();
+  const f = new DatabaseSync(future);
+  f.exec(`update meta set value = '99' where name = 'schema_version'`);
+  f.close();
+  t.throws(() => Outbox.open(future), { name: 'OutboxOpenError', message: /version 99/ });
+});
+
+void t.test('a corrupt row is reported by its number and column, never sent', async (t) => {
+  const file = await tempFile(t);
+  const outbox = Outbox.open(file);
+  const good = outbox.enqueue(transfer(1, ['account:a'])).intent;
+  const bad = outbox.enqueue(transfer(2, ['account:z'])).intent;
+  outbox.close();
+  const corrupt = (sql: string, column: RegExp) => {
+    const db = new DatabaseSync(file);
+    db.exec(sql);
+    db.close();
+    const o = Outbox.open(file);
+    t.throws(() => o.list(), { name: 'OutboxCorruptError', message: column });
+    t.throws(() => o.ready(0, new Set(), 10), OutboxCorruptError);
+    t.match(o.get(good.key), { seq: good.seq }, 'a sound row still reads');
+    o.close();
+  };
+  corrupt(
+    `update intents set body = '{"amount":' where seq = ${String(bad.seq)}`,
+    new RegExp(`row ${String(bad.seq)}.*body`),
+  );
+  corrupt(
+    `update intents set body = '{"amount":2}', key = 'nope' where seq = ${String(bad.seq)}`,
+    /key/,
+  );
+  corrupt(
+    `update intents set key = '${newKey()}', lanes = '[1]' where seq = ${String(bad.seq)}`,
+    /lanes/,
+  );
+  corrupt(
+    `update intents set lanes = '[]', method = 'GET' where seq = ${String(bad.seq)}`,
+    /method/,
+  );
+  corrupt(
+    `update intents set method = 'POST', answer_headers = 'x', status = 201, answer_body = '' where seq = ${String(bad.seq)}`,
+    /answer_headers/,
+  );
+});

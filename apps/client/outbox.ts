@@ -1,0 +1,697 @@
+/**
+ * The durable local outbox: every write the caller intends is stored here,
+ * with its key, before the first byte of it is sent, and its final answer is
+ * stored here when it comes. A node:sqlite file in WAL mode with synchronous
+ * commits (`synchronous = FULL`: a commit is on disk when `enqueue` returns),
+ * held with an exclusive lock (`locking_mode = EXCLUSIVE`) for as long as it
+ * is open, so one process writes to it at a time; the operating system drops
+ * the lock when the process dies, SIGKILL included, so a crash never leaves a
+ * stale lock behind.
+ *
+ * node:sqlite is loaded when the first outbox is opened (through
+ * `process.getBuiltinModule`), not when this module is imported, so a
+ * program can filter the ExperimentalWarning some Node.js 24 releases print
+ * for it before it appears (see warnings.ts).
+ */
+import { randomBytes } from 'node:crypto';
+import type { DatabaseSync, SQLInputValue } from 'node:sqlite';
+import canonicalize from 'canonicalize';
+
+/** Where an intent stands. */
+export type IntentState = 'pending' | 'done' | 'failed';
+
+/**
+ * Why a failed intent failed: `key_reuse` (the server answered `422
+ * idempotency_key_reuse`: the key was used for another request, a bug of the
+ * caller), `expired` (the key became older than the server keeps keys before
+ * it could be sent; it was not sent again), `unexpected_answer` (an answer
+ * the API does not give to such a request, e.g. 405 or 428).
+ */
+export type FailureReason = 'key_reuse' | 'expired' | 'unexpected_answer';
+
+/** The HTTP methods of writes. */
+export type WriteMethod = 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+
+/** An answer as the outbox keeps it: the status, a few headers and the body's exact text. */
+export interface RecordedAnswer {
+  /** The HTTP status. */
+  readonly status: number;
+  /** Whether the server sent `Idempotent-Replay: true` (the stored answer of an earlier attempt). */
+  readonly replayed: boolean;
+  /** The headers kept, by lower-case name: location, etag, content-type, correlation-id. */
+  readonly headers: Readonly<Record<string, string>>;
+  /** The body exactly as received (JSON text for every answer of this API). */
+  readonly body: string;
+}
+
+/** One intended write and what became of it. */
+export interface Intent {
+  /** Its place in the outbox: intents are stated, and sent per lane, in this order. */
+  readonly seq: number;
+  /** Its Idempotency-Key, a lower-case UUIDv7, fixed when it was stated. */
+  readonly key: string;
+  /** What it does, e.g. the OpenAPI operationId `createTransfer`. */
+  readonly operation: string;
+  /** The HTTP method. */
+  readonly method: WriteMethod;
+  /** The request path from the origin, e.g. `/api/v1/transfers`. */
+  readonly path: string;
+  /** The request body exactly as sent (RFC 8785 JSON), or null for none. */
+  readonly body: string | null;
+  /** The lanes it is ordered in (see {@link NewIntent.lanes}). */
+  readonly lanes: readonly string[];
+  /** When it was stated, in milliseconds since the epoch (its key's age counts from here). */
+  readonly createdAt: number;
+  /** pending, done (a final answer), or failed (see {@link failure}). */
+  readonly state: IntentState;
+  /** Why it failed, for state `failed`; otherwise null. */
+  readonly failure: FailureReason | null;
+  /** How many attempts got an answer or an error so far. */
+  readonly attempts: number;
+  /** When a pending intent may be sent next, in milliseconds since the epoch. */
+  readonly nextAttemptAt: number;
+  /** What the last unsuccessful attempt met, e.g. `503 service_unavailable` or `ECONNREFUSED`. */
+  readonly lastError: string | null;
+  /** The final answer, for `done` and for `failed` with key_reuse or unexpected_answer. */
+  readonly answer: RecordedAnswer | null;
+  /** When it reached its final state, in milliseconds since the epoch. */
+  readonly finishedAt: number | null;
+}
+
+/** What a caller states to make an intent. */
+export interface NewIntent {
+  /** What it does, e.g. `createTransfer`. */
+  readonly operation: string;
+  /** The HTTP method. */
+  readonly method: WriteMethod;
+  /** The path from the origin, starting with `/`, without a query (keyed requests take none). */
+  readonly path: string;
+  /** The JSON body, or undefined for none; it is kept and sent in its RFC 8785 form. */
+  readonly body?: unknown;
+  /**
+   * The lanes it is ordered in: of the intents that share a lane, one is sent
+   * at a time, in the order they were stated. An intent with no lanes is
+   * independent of all others. Default: `['outbox']`, one order for
+   * everything.
+   */
+  readonly lanes?: readonly string[];
+  /**
+   * Its Idempotency-Key, for a caller that keeps its own ids (a UUIDv7);
+   * default: a new one. A key already in the outbox for the same request
+   * names that intent; for another request it is refused.
+   */
+  readonly key?: string;
+}
+
+/** What the final state of an intent is recorded with. */
+export interface FinalRecord {
+  /** The attempts made, this one included. */
+  readonly attempts: number;
+  /** `done` or `failed`. */
+  readonly state: 'done' | 'failed';
+  /** Why, for `failed`; null for `done`. */
+  readonly failure: FailureReason | null;
+  /** The answer. */
+  readonly answer: RecordedAnswer;
+  /** The current time in milliseconds since the epoch. */
+  readonly now: number;
+}
+
+/** Options of {@link Outbox.open}. */
+export interface OutboxOptions {
+  /** The clock stamping new intents, in milliseconds since the epoch; default `Date.now`. */
+  readonly clock?: () => number;
+}
+
+/** The storage settings of an open outbox, as SQLite reports them. */
+export interface StorageSettings {
+  readonly journalMode: string;
+  readonly synchronous: string;
+  readonly lockingMode: string;
+}
+
+/** Base of the outbox's own errors. */
+export class OutboxError extends Error {
+  override readonly name: string = 'OutboxError';
+}
+
+/** The file cannot be used as an outbox: unreadable, not a database, another database, or newer. */
+export class OutboxOpenError extends OutboxError {
+  override readonly name = 'OutboxOpenError';
+}
+
+/** Another connection (in this process or another) holds the outbox file. */
+export class OutboxLockedError extends OutboxError {
+  override readonly name = 'OutboxLockedError';
+}
+
+/** A row of the outbox does not hold what the outbox writes; it is never sent. */
+export class OutboxCorruptError extends OutboxError {
+  override readonly name = 'OutboxCorruptError';
+}
+
+/** The token's principal is not the one the outbox belongs to. */
+export class OutboxPrincipalError extends OutboxError {
+  override readonly name = 'OutboxPrincipalError';
+}
+
+/** A key already in the outbox was stated again for another request. */
+export class IntentConflictError extends OutboxError {
+  override readonly name = 'IntentConflictError';
+}
+
+const SCHEMA_VERSION = '1';
+const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+const METHODS: readonly string[] = ['POST', 'PUT', 'PATCH', 'DELETE'];
+const STATES: readonly string[] = ['pending', 'done', 'failed'];
+const FAILURES: readonly string[] = ['key_reuse', 'expired', 'unexpected_answer'];
+const SYNCHRONOUS = ['off', 'normal', 'full', 'extra'];
+/** SQLite's result codes met when opening (sqlite3.h). */
+const SQLITE_BUSY = 5;
+const SQLITE_LOCKED = 6;
+const SQLITE_NOTADB = 26;
+
+const SCHEMA = `
+create table meta (name text primary key, value text not null) strict;
+create table intents (
+  seq integer primary key autoincrement,
+  key text not null unique,
+  operation text not null,
+  method text not null,
+  path text not null,
+  body text,
+  lanes text not null,
+  created_at integer not null,
+  state text not null default 'pending' check (state in ('pending', 'done', 'failed')),
+  failure text check (failure in ('key_reuse', 'expired', 'unexpected_answer')),
+  attempts integer not null default 0,
+  next_attempt_at integer not null default 0,
+  last_error text,
+  status integer,
+  replayed integer,
+  answer_headers text,
+  answer_body text,
+  finished_at integer
+) strict;
+create index intents_pending on intents (seq) where state = 'pending';
+create table intent_lanes (
+  lane text not null,
+  seq integer not null references intents (seq),
+  primary key (lane, seq)
+) strict, without rowid;
+insert into meta (name, value) values ('schema_version', '${SCHEMA_VERSION}');
+`;
+
+/** Pending intents that no earlier pending intent shares a lane with. */
+const LANE_HEADS = `
+select * from intents i
+ where i.state = 'pending'
+   and not exists (
+     select 1 from intent_lanes a
+       join intent_lanes b on b.lane = a.lane and b.seq < a.seq
+       join intents j on j.seq = b.seq and j.state = 'pending'
+      where a.seq = i.seq)`;
+
+/**
+ * Makes a new key: a UUIDv7 (RFC 9562), 48 bits of milliseconds then random
+ * bits, in lower case.
+ *
+ * @param clock the time source in milliseconds since the epoch; default `Date.now`.
+ * @returns the key.
+ */
+export function newKey(clock: () => number = Date.now): string {
+  const b = randomBytes(16);
+  let ms = clock();
+  for (let i = 5; i >= 0; i -= 1) {
+    b[i] = ms % 256;
+    ms = Math.floor(ms / 256);
+  }
+  b[6] = ((b[6] ?? 0) & 0x0f) | 0x70;
+  b[8] = ((b[8] ?? 0) & 0x3f) | 0x80;
+  const h = b.toString('hex');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+/**
+ * Checks a key given by a caller.
+ *
+ * @param key the key.
+ * @returns it in lower case.
+ * @throws RangeError when it is not a UUIDv7 in canonical form.
+ */
+export function checkKey(key: string): string {
+  const lower = key.toLowerCase();
+  if (!UUID_V7.test(lower)) {
+    throw new RangeError(`the key must be a UUIDv7 in canonical form, got "${key}"`);
+  }
+  return lower;
+}
+
+type Row = Record<string, SQLInputValue>;
+
+function sqliteErrorCode(err: unknown): number | undefined {
+  const code = (err as { errcode?: unknown }).errcode;
+  return typeof code === 'number' ? code : undefined;
+}
+
+function message(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** A durable outbox file, open for writing by this process alone. */
+export class Outbox {
+  private db: DatabaseSync | undefined;
+
+  private constructor(
+    /** The file's path as given. */
+    readonly file: string,
+    db: DatabaseSync,
+    private readonly clock: () => number,
+  ) {
+    this.db = db;
+  }
+
+  /**
+   * Opens (or creates) an outbox file and takes its lock.
+   *
+   * @param file the file's path; a new file is created (its folder must exist).
+   * @param options the clock stamping new intents.
+   * @returns the open outbox; close it when done.
+   * @throws OutboxLockedError when another connection holds the file.
+   * @throws OutboxOpenError when the file cannot be opened, is not a SQLite
+   *   database, holds other tables, or was written by a newer client.
+   */
+  static open(file: string, options: OutboxOptions = {}): Outbox {
+    const { DatabaseSync: Database } = process.getBuiltinModule('node:sqlite');
+    let db: DatabaseSync;
+    try {
+      db = new Database(file, { timeout: 0, enableForeignKeyConstraints: true });
+    } catch (err) {
+      throw new OutboxOpenError(`cannot open outbox ${file}: ${message(err)}`);
+    }
+    try {
+      // Exclusive locking first: the lock is taken by the first write below
+      // and kept until close, and WAL then needs no shared-memory file.
+      db.exec('pragma locking_mode = exclusive');
+      db.exec('pragma journal_mode = wal');
+      db.exec('pragma synchronous = full');
+      db.exec('begin immediate');
+      try {
+        Outbox.prepareSchema(db, file);
+        db.exec('commit');
+      } catch (err) {
+        db.exec('rollback');
+        throw err;
+      }
+    } catch (err) {
+      db.close();
+      if (err instanceof OutboxError) throw err;
+      const code = sqliteErrorCode(err);
+      if (code === SQLITE_BUSY || code === SQLITE_LOCKED) {
+        throw new OutboxLockedError(
+          `outbox ${file} is in use by another process or connection (one writer per outbox file)`,
+        );
+      }
+      if (code === SQLITE_NOTADB) {
+        throw new OutboxOpenError(`cannot open outbox ${file}: the file is not a database`);
+      }
+      throw new OutboxOpenError(`cannot open outbox ${file}: ${message(err)}`);
+    }
+    return new Outbox(file, db, options.clock ?? Date.now);
+  }
+
+  private static prepareSchema(db: DatabaseSync, file: string): void {
+    const tables = db
+      .prepare(`select name from sqlite_master where type = 'table' and name not like 'sqlite_%'`)
+      .all()
+      .map((r) => String(r['name']));
+    if (tables.length === 0) {
+      db.exec(SCHEMA);
+      return;
+    }
+    if (!tables.includes('meta') || !tables.includes('intents')) {
+      throw new OutboxOpenError(
+        `cannot open outbox ${file}: the database is not an outbox (it holds ${tables.join(', ')})`,
+      );
+    }
+    const version = db.prepare(`select value from meta where name = 'schema_version'`).get();
+    if (version?.['value'] !== SCHEMA_VERSION) {
+      throw new OutboxOpenError(
+        `cannot open outbox ${file}: it has schema version ${String(version?.['value'])}, this client knows ${SCHEMA_VERSION}`,
+      );
+    }
+  }
+
+  private get open(): DatabaseSync {
+    if (this.db === undefined) throw new OutboxError(`outbox ${this.file} is closed`);
+    return this.db;
+  }
+
+  /**
+   * The storage settings in force, for a check or a report.
+   *
+   * @returns journal mode, synchronous level and locking mode, in lower case.
+   */
+  storage(): StorageSettings {
+    const db = this.open;
+    const one = (pragma: string): string => {
+      const row = db.prepare(`pragma ${pragma}`).get();
+      const value = row === undefined ? undefined : Object.values(row)[0];
+      return typeof value === 'string' || typeof value === 'number' ? String(value) : '';
+    };
+    const sync = one('synchronous');
+    return {
+      journalMode: one('journal_mode').toLowerCase(),
+      synchronous: SYNCHRONOUS[Number(sync)] ?? sync,
+      lockingMode: one('locking_mode').toLowerCase(),
+    };
+  }
+
+  /**
+   * States an intent: stores it, with its key and creation time, durably.
+   * Nothing is sent here; a {@link Sender} sends it.
+   *
+   * @param intent what to send and how to order it.
+   * @returns the intent, and whether it is new (false: the key was in the
+   *   outbox already for the same method, path and body).
+   * @throws IntentConflictError when the key is in the outbox for another request.
+   * @throws RangeError for a key that is not a UUIDv7, a path that does not
+   *   start with `/` or has a query, an empty lane or an unknown method.
+   */
+  enqueue(intent: NewIntent): { intent: Intent; created: boolean } {
+    const db = this.open;
+    const key = intent.key === undefined ? newKey(this.clock) : checkKey(intent.key);
+    if (!METHODS.includes(intent.method)) {
+      throw new RangeError(`method must be one of ${METHODS.join(', ')}, got "${intent.method}"`);
+    }
+    if (!intent.path.startsWith('/')) {
+      throw new RangeError(`path must start with "/", got "${intent.path}"`);
+    }
+    if (intent.path.includes('?') || intent.path.includes('#')) {
+      throw new RangeError(`path may not carry a query or fragment (keyed requests take none)`);
+    }
+    const lanes = [...new Set(intent.lanes ?? ['outbox'])];
+    if (lanes.some((l) => l === '')) throw new RangeError('a lane must not be empty');
+    const body = intent.body === undefined ? null : (canonicalize(intent.body) ?? null);
+    db.exec('begin immediate');
+    try {
+      const existing = db.prepare('select * from intents where key = ?').get(key);
+      if (existing !== undefined) {
+        const found = this.parse(existing);
+        if (found.method !== intent.method || found.path !== intent.path || found.body !== body) {
+          throw new IntentConflictError(
+            `key ${key} is in outbox ${this.file} already, for another request (intent ${String(found.seq)}: ${found.method} ${found.path})`,
+          );
+        }
+        db.exec('commit');
+        return { intent: found, created: false };
+      }
+      const inserted = db
+        .prepare(
+          `insert into intents (key, operation, method, path, body, lanes, created_at)
+           values (?, ?, ?, ?, ?, ?, ?) returning *`,
+        )
+        .get(
+          key,
+          intent.operation,
+          intent.method,
+          intent.path,
+          body,
+          JSON.stringify(lanes),
+          this.clock(),
+        ) as Row;
+      const lane = db.prepare('insert into intent_lanes (lane, seq) values (?, ?)');
+      for (const l of lanes) lane.run(l, inserted['seq'] ?? null);
+      db.exec('commit');
+      return { intent: this.parse(inserted), created: true };
+    } catch (err) {
+      db.exec('rollback');
+      throw err;
+    }
+  }
+
+  /**
+   * Reads one intent by its key.
+   *
+   * @param key the Idempotency-Key (either case).
+   * @returns the intent, or undefined when the outbox has none with that key.
+   * @throws OutboxCorruptError when its row is corrupt.
+   */
+  get(key: string): Intent | undefined {
+    const row = this.open.prepare('select * from intents where key = ?').get(key.toLowerCase());
+    return row === undefined ? undefined : this.parse(row);
+  }
+
+  /**
+   * Lists intents in the order they were stated.
+   *
+   * @param filter only intents in this state, when given.
+   * @returns the intents.
+   * @throws OutboxCorruptError naming the first corrupt row.
+   */
+  list(filter: { readonly state?: IntentState } = {}): Intent[] {
+    const db = this.open;
+    const rows =
+      filter.state === undefined
+        ? db.prepare('select * from intents order by seq').all()
+        : db.prepare('select * from intents where state = ? order by seq').all(filter.state);
+    return rows.map((r) => this.parse(r));
+  }
+
+  /**
+   * The intents that may be sent now: pending, due, not in flight, and first
+   * among the pending intents of each of their lanes.
+   *
+   * @param now the current time in milliseconds since the epoch.
+   * @param inFlight sequence numbers being sent already.
+   * @param limit at most this many.
+   * @returns the intents, in the order stated.
+   * @throws OutboxCorruptError when one of them is corrupt.
+   */
+  ready(now: number, inFlight: ReadonlySet<number>, limit: number): Intent[] {
+    const rows = this.open
+      .prepare(`${LANE_HEADS} and i.next_attempt_at <= ? order by i.seq`)
+      .all(now);
+    const out: Intent[] = [];
+    for (const row of rows) {
+      if (out.length >= limit) break;
+      if (inFlight.has(Number(row['seq']))) continue;
+      out.push(this.parse(row));
+    }
+    return out;
+  }
+
+  /**
+   * When the next intent that heads its lanes is due.
+   *
+   * @param inFlight sequence numbers being sent already, left out.
+   * @returns milliseconds since the epoch, or undefined when nothing is pending.
+   */
+  nextAttemptAt(inFlight: ReadonlySet<number> = new Set()): number | undefined {
+    const rows = this.open
+      .prepare(`select seq, next_attempt_at from (${LANE_HEADS}) order by next_attempt_at, seq`)
+      .all();
+    for (const row of rows) {
+      if (!inFlight.has(Number(row['seq']))) return Number(row['next_attempt_at']);
+    }
+    return undefined;
+  }
+
+  /**
+   * Counts the pending intents.
+   *
+   * @returns the count.
+   */
+  pendingCount(): number {
+    const row = this.open
+      .prepare(`select count(*) as n from intents where state = 'pending'`)
+      .get();
+    return Number(row?.['n'] ?? 0);
+  }
+
+  /**
+   * Records an attempt that is to be repeated with the same key.
+   *
+   * @param seq the intent.
+   * @param attempts the attempts made so far, this one included.
+   * @param nextAttemptAt when to try again, in milliseconds since the epoch.
+   * @param error what the attempt met.
+   * @throws OutboxError when no pending intent has that number.
+   */
+  recordRetry(seq: number, attempts: number, nextAttemptAt: number, error: string): void {
+    this.update(
+      seq,
+      `update intents set attempts = ?, next_attempt_at = ?, last_error = ?
+        where seq = ? and state = 'pending'`,
+      [attempts, nextAttemptAt, error, seq],
+    );
+  }
+
+  /**
+   * Records the final answer of an intent: `done` with a 2xx or a stored
+   * error, or `failed` with the answer that made it fail.
+   *
+   * @param seq the intent.
+   * @param record the state, the reason and the answer.
+   * @throws OutboxError when no pending intent has that number.
+   */
+  recordFinal(seq: number, record: FinalRecord): void {
+    const { answer } = record;
+    this.update(
+      seq,
+      `update intents set state = ?, failure = ?, attempts = ?, status = ?, replayed = ?,
+              answer_headers = ?, answer_body = ?, finished_at = ?
+        where seq = ? and state = 'pending'`,
+      [
+        record.state,
+        record.failure,
+        record.attempts,
+        answer.status,
+        answer.replayed ? 1 : 0,
+        JSON.stringify(answer.headers),
+        answer.body,
+        record.now,
+        seq,
+      ],
+    );
+  }
+
+  /**
+   * Records that an intent's key is too old to be sent: the server may have
+   * forgotten it and would run the request again as new.
+   *
+   * @param seq the intent.
+   * @param now the current time in milliseconds since the epoch.
+   * @throws OutboxError when no pending intent has that number.
+   */
+  recordExpired(seq: number, now: number): void {
+    this.update(
+      seq,
+      `update intents set state = 'failed', failure = 'expired', finished_at = ?
+        where seq = ? and state = 'pending'`,
+      [now, seq],
+    );
+  }
+
+  /**
+   * The principal the outbox belongs to.
+   *
+   * @returns its id, or undefined before the first contact with the server.
+   */
+  principal(): string | undefined {
+    const row = this.open.prepare(`select value from meta where name = 'principal_id'`).get();
+    return row === undefined ? undefined : String(row['value']);
+  }
+
+  /**
+   * Binds the outbox to the principal of the token in use, on first
+   * contact; later, checks that the token is that principal's. Keys belong
+   * to a principal: another principal's repeat of a key would run as new.
+   *
+   * @param principalId the id `GET /api/v1/me` answered.
+   * @throws OutboxPrincipalError when the outbox belongs to another principal.
+   */
+  bindPrincipal(principalId: string): void {
+    const bound = this.principal();
+    if (bound === principalId) return;
+    if (bound !== undefined) {
+      throw new OutboxPrincipalError(
+        `outbox ${this.file} belongs to principal ${bound}; the token is principal ${principalId}'s: use a token of ${bound}, or another outbox file`,
+      );
+    }
+    this.open.prepare(`insert into meta (name, value) values ('principal_id', ?)`).run(principalId);
+  }
+
+  /** Closes the file and drops its lock. Closing twice does nothing. */
+  close(): void {
+    this.db?.close();
+    this.db = undefined;
+  }
+
+  private update(seq: number, sql: string, params: SQLInputValue[]): void {
+    const result = this.open.prepare(sql).run(...params);
+    if (result.changes === 0) {
+      throw new OutboxError(`outbox ${this.file} has no pending intent ${String(seq)}`);
+    }
+  }
+
+  private parse(row: Row): Intent {
+    const seq = row['seq'];
+    const bad = (column: string, why: string): never => {
+      throw new OutboxCorruptError(
+        `outbox ${this.file}: row ${typeof seq === 'number' ? String(seq) : '?'} is corrupt: ${column} ${why}; it is not sent: repair or remove the row`,
+      );
+    };
+    const int = (column: string): number => {
+      const v = row[column];
+      return typeof v === 'number' && Number.isInteger(v) ? v : bad(column, 'is not an integer');
+    };
+    const text = (column: string): string => {
+      const v = row[column];
+      return typeof v === 'string' ? v : bad(column, 'is not text');
+    };
+    const json = (column: string, value: string): unknown => {
+      try {
+        return JSON.parse(value) as unknown;
+      } catch {
+        return bad(column, 'is not JSON');
+      }
+    };
+    if (typeof seq !== 'number') return bad('seq', 'is not an integer');
+    const key = text('key');
+    if (!UUID_V7.test(key)) bad('key', 'is not a lower-case UUIDv7');
+    const method = text('method');
+    if (!METHODS.includes(method)) bad('method', `is not one of ${METHODS.join(', ')}`);
+    const path = text('path');
+    if (!path.startsWith('/') || path.includes('?')) bad('path', 'is not a path without a query');
+    const rawBody = row['body'];
+    let body: string | null = null;
+    if (rawBody !== null) {
+      body = text('body');
+      json('body', body);
+    }
+    const lanes = json('lanes', text('lanes'));
+    if (!Array.isArray(lanes) || !lanes.every((l) => typeof l === 'string' && l !== '')) {
+      bad('lanes', 'is not a list of lane names');
+    }
+    const state = text('state');
+    if (!STATES.includes(state)) bad('state', `is not one of ${STATES.join(', ')}`);
+    const failure = row['failure'] === null ? null : text('failure');
+    if (failure !== null && !FAILURES.includes(failure)) bad('failure', 'is not a known reason');
+    let answer: RecordedAnswer | null = null;
+    if (row['status'] !== null) {
+      const headers = json('answer_headers', text('answer_headers'));
+      if (
+        typeof headers !== 'object' ||
+        headers === null ||
+        Array.isArray(headers) ||
+        !Object.values(headers).every((v) => typeof v === 'string')
+      ) {
+        bad('answer_headers', 'is not an object of header values');
+      }
+      answer = {
+        status: int('status'),
+        replayed: int('replayed') === 1,
+        headers: headers as Record<string, string>,
+        body: text('answer_body'),
+      };
+    }
+    return {
+      seq,
+      key,
+      operation: text('operation'),
+      method: method as WriteMethod,
+      path,
+      body,
+      lanes: lanes as string[],
+      createdAt: int('created_at'),
+      state: state as IntentState,
+      failure: failure as FailureReason | null,
+      attempts: int('attempts'),
+      nextAttemptAt: int('next_attempt_at'),
+      lastError: row['last_error'] === null ? null : text('last_error'),
+      answer,
+      finishedAt: row['finished_at'] === null ? null : int('finished_at'),
+    };
+  }
+}

@@ -1,0 +1,132 @@
+/**
+ * The client's retry policy, from "How to retry" in docs/api/README.md: which
+ * answers are final, which are repeated with the same key, which are a bug of
+ * the caller, and how long to wait before a repeat (jittered exponential
+ * backoff that honours `Retry-After`). Pure functions: the clock and the
+ * random source are parameters, so tests control both.
+ */
+
+/** How an answer (or its absence) decides the fate of an intent. */
+export type AnswerClass =
+  /** A 2xx or a final error the server stores: record it and hand it to the caller. */
+  | { readonly kind: 'final' }
+  /** Not stored by the server: repeat with the same key after a delay. */
+  | {
+      readonly kind: 'retry';
+      /** Status and problem code, e.g. `409 request_in_progress`, for the record. */
+      readonly reason: string;
+      /** What `Retry-After` asked for, in milliseconds, when it was readable. */
+      readonly retryAfterMs: number | undefined;
+    }
+  /** `422 idempotency_key_reuse`: the key was used for another request, a bug of the caller. */
+  | { readonly kind: 'key_reuse' }
+  /** `401`: nothing is stored; the intent waits for a valid token. */
+  | { readonly kind: 'unauthenticated' }
+  /** An answer the API never gives to this request (3xx, 405, 428, ...): not repeated. */
+  | { readonly kind: 'unexpected'; readonly reason: string };
+
+/** What {@link classifyAnswer} reads from an HTTP answer. */
+export interface AnswerFacts {
+  /** The HTTP status. */
+  readonly status: number;
+  /** The problem body's `code`, when the body is a problem. */
+  readonly code?: string | undefined;
+  /** The raw `Retry-After` header, or null. */
+  readonly retryAfter?: string | null;
+}
+
+/**
+ * The error statuses the server stores under a key and replays (docs/api,
+ * "Which answers are stored"), apart from `409 request_in_progress` and
+ * `422 idempotency_key_reuse`, which {@link classifyAnswer} treats on their own.
+ */
+export const STORED_ERROR_STATUSES: ReadonlySet<number> = new Set([
+  400, 403, 404, 409, 410, 412, 413, 415, 422,
+]);
+
+/**
+ * Decides what an answer means for the intent that got it.
+ *
+ * @param answer the status, the problem code and the `Retry-After` header.
+ * @param now the current time in milliseconds since the epoch (for an
+ *   HTTP-date `Retry-After`).
+ * @returns the class of the answer.
+ */
+export function classifyAnswer(answer: AnswerFacts, now: number): AnswerClass {
+  const { status, code } = answer;
+  const reason = code === undefined ? String(status) : `${String(status)} ${code}`;
+  if (status >= 200 && status < 300) return { kind: 'final' };
+  if (status === 422 && code === 'idempotency_key_reuse') return { kind: 'key_reuse' };
+  const retry = (): AnswerClass => ({
+    kind: 'retry',
+    reason,
+    retryAfterMs: parseRetryAfter(answer.retryAfter ?? null, now),
+  });
+  if (status === 409 && code === 'request_in_progress') return retry();
+  if (status === 408 || status === 429 || status >= 500) return retry();
+  if (status === 401) return { kind: 'unauthenticated' };
+  if (STORED_ERROR_STATUSES.has(status)) return { kind: 'final' };
+  return { kind: 'unexpected', reason };
+}
+
+const DELTA_SECONDS = /^\d+$/;
+/** RFC 9110 HTTP-date in its preferred form, IMF-fixdate. */
+const IMF_FIXDATE = /^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT$/;
+
+/**
+ * Reads a `Retry-After` header (RFC 9110 section 10.2.3): delta-seconds or an
+ * HTTP-date.
+ *
+ * @param value the header's value, or null when absent.
+ * @param now the current time in milliseconds since the epoch.
+ * @returns the wait in milliseconds (0 for a date in the past), or undefined
+ *   when the header is absent or not in either form.
+ */
+export function parseRetryAfter(value: string | null, now: number): number | undefined {
+  if (value === null) return undefined;
+  const text = value.trim();
+  if (DELTA_SECONDS.test(text)) return Number(text) * 1_000;
+  if (!IMF_FIXDATE.test(text)) return undefined;
+  const at = Date.parse(text);
+  if (Number.isNaN(at)) return undefined;
+  return Math.max(0, at - now);
+}
+
+/** The shape of the backoff. */
+export interface BackoffSettings {
+  /** The first step, in milliseconds; each later step doubles. */
+  readonly baseMs: number;
+  /** The largest step, in milliseconds. */
+  readonly capMs: number;
+  /** The longest `Retry-After` obeyed, in milliseconds (a longer one is cut to this). */
+  readonly maxRetryAfterMs: number;
+}
+
+/**
+ * The wait before the next attempt: exponential steps (`baseMs`, doubled per
+ * failed attempt, at most `capMs`) with equal jitter (half the step fixed,
+ * half drawn), so repeating clients spread out without ever retrying at
+ * once; never shorter than what `Retry-After` asked for (bounded by
+ * `maxRetryAfterMs`).
+ *
+ * @param attempt how many attempts have failed so far, from 1.
+ * @param settings the backoff's shape.
+ * @param random a source of numbers in [0, 1), e.g. `Math.random`.
+ * @param retryAfterMs what the server's `Retry-After` asked for, if anything.
+ * @returns the delay in whole milliseconds.
+ * @throws RangeError when `attempt` is not a positive integer.
+ */
+export function backoffDelay(
+  attempt: number,
+  settings: BackoffSettings,
+  random: () => number,
+  retryAfterMs?: number,
+): number {
+  if (!Number.isInteger(attempt) || attempt < 1) {
+    throw new RangeError(`attempt must be a positive integer, got ${String(attempt)}`);
+  }
+  const step = Math.min(settings.capMs, settings.baseMs * 2 ** Math.min(attempt - 1, 52));
+  const jittered = Math.round(step / 2 + (random() * step) / 2);
+  const asked = retryAfterMs === undefined ? 0 : Math.min(retryAfterMs, settings.maxRetryAfterMs);
+  return Math.max(jittered, asked);
+}

@@ -1,0 +1,424 @@
+/**
+ * The sender against a real HTTP server whose answers each test scripts
+ * (node:http on 127.0.0.1, port 0), with a manual clock and a sleep that
+ * advances it, so backoff and Retry-After are observed without waiting:
+ * what is repeated with the same key and what is not, the order of lanes,
+ * the principal check, expired keys, deadlines and aborts.
+ */
+import { once } from 'node:events';
+import fs from 'node:fs/promises';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import t, { type Test } from 'tap';
+import { Outbox, type NewIntent } from './outbox.js';
+import { Sender, type SendEvent, type SenderOptions } from './sender.js';
+
+interface Seen {
+  readonly method: string;
+  readonly url: string;
+  readonly headers: http.IncomingHttpHeaders;
+  readonly body: string;
+}
+type Reply = (res: http.ServerResponse, seen: Seen) => void | Promise<void>;
+
+/** A server answering POSTs from a script, GET /api/v1/me with a principal. */
+async function scripted(
+  t: Test,
+  me: Reply = json(200, { id: 'p1', kind: 'user', display_name: 'P' }),
+) {
+  const seen: Seen[] = [];
+  const script: Reply[] = [];
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (c: Buffer) => (body += c.toString()));
+    req.on('end', () => {
+      const s = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body };
+      if (req.url === '/api/v1/me') {
+        void me(res, s);
+        return;
+      }
+      seen.push(s);
+      const next = script.shift() ?? json(500, { code: 'internal_error' });
+      void next(res, s);
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.teardown(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  const { port } = server.address() as AddressInfo;
+  return { base: `http://127.0.0.1:${String(port)}`, seen, script, server };
+}
+
+function json(
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): (res: http.ServerResponse, seen?: Seen) => void {
+  return (res) => {
+    const problem = status >= 400;
+    res.writeHead(status, {
+      'content-type': problem
+        ? 'application/problem+json; charset=utf-8'
+        : 'application/json; charset=utf-8',
+      ...headers,
+    });
+    res.end(JSON.stringify(body));
+  };
+}
+
+async function outboxIn(t: Test, clock: () => number): Promise<Outbox> {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'client-sender-'));
+  const outbox = Outbox.open(path.join(dir, 'outbox.sqlite'), { clock });
+  t.teardown(async () => {
+    outbox.close();
+    await fs.rm(dir, { recursive: true, force: true });
+  });
+  return outbox;
+}
+
+const START = Date.parse('2026-06-01T10:00:00Z');
+
+async function setup(t: Test, me?: Reply, extra: Partial<SenderOptions> = {}) {
+  const server = await scripted(t, me);
+  const clock = { now: START };
+  const outbox = await outboxIn(t, () => clock.now);
+  const events: SendEvent[] = [];
+  const sleeps: number[] = [];
+  const sender = new Sender({
+    outbox,
+    baseUrl: server.base,
+    token: 'tok',
+    keyTtlMs: 24 * 3_600_000,
+    ttlMarginMs: 3_600_000,
+    timeoutMs: 2_000,
+    concurrency: 4,
+    backoff: { baseMs: 100, capMs: 10_000, maxRetryAfterMs: 60_000 },
+    clock: () => clock.now,
+    random: () => 0.5,
+    sleep: async (ms) => {
+      sleeps.push(ms);
+      clock.now += ms;
+      await Promise.resolve();
+    },
+    onEvent: (e) => events.push(e),
+    ...extra,
+  });
+  return { ...server, clock, outbox, events, sleeps, sender };
+}
+
+const transfer = (amount: number, lanes = ['account:a', 'account:b']): NewIntent => ({
+  operation: 'createTransfer',
+  method: 'POST',
+  path: '/api/v1/transfers',
+  body: { from_account_id: 'a', to_account_id: 'b', amount },
+  lanes,
+});
+
+void t.test(
+  '503, a lost connection and a timeout are repeated with the same key and bytes',
+  async (t) => {
+    const s = await setup(t);
+    const { intent } = s.outbox.enqueue(transfer(2500));
+    s.script.push(
+      json(503, { code: 'service_unavailable' }),
+      (res) => {
+        res.socket?.destroy();
+      },
+      () => {
+        // never answers: the attempt times out
+      },
+      json(
+        201,
+        { id: 't1', amount: 2500 },
+        { location: '/api/v1/transfers/t1', 'idempotent-replay': 'true' },
+      ),
+    );
+    const report = await s.sender.drain();
+    t.equal(report.stoppedBy, 'empty');
+    t.equal(report.pending, 0);
+    t.equal(s.seen.length, 4, 'four attempts');
+    t.ok(
+      s.seen.every(
+        (x) =>
+          x.headers['idempotency-key'] === intent.key &&
+          x.body === '{"amount":2500,"from_account_id":"a","to_account_id":"b"}' &&
+          x.headers['authorization'] === 'Bearer tok' &&
+          x.headers['content-type'] === 'application/json' &&
+          x.method === 'POST' &&
+          x.url === '/api/v1/transfers',
+      ),
+      'every attempt carries the same key, body and token',
+    );
+    const retries = s.events.filter((e) => e.type === 'retry');
+    t.same(
+      retries.map((e) => e.error.split(':')[0]),
+      ['503 service_unavailable', 'connection lost', 'timeout after 2000ms'],
+    );
+    t.same(s.sleeps, [75, 150, 300], 'exponential steps with equal jitter at random 0.5');
+    const done = s.outbox.get(intent.key);
+    t.match(done, {
+      state: 'done',
+      attempts: 4,
+      failure: null,
+      answer: { status: 201, replayed: true, headers: { location: '/api/v1/transfers/t1' } },
+    });
+    t.equal(done?.answer?.body, '{"id":"t1","amount":2500}', 'the answer is kept as received');
+    t.same(
+      report.settled.map((i) => i.key),
+      [intent.key],
+    );
+    t.equal(s.outbox.principal(), 'p1', 'the outbox is bound to the principal of the token');
+  },
+);
+
+void t.test(
+  '409 in progress and 429 wait what Retry-After asks, then the replay is final',
+  async (t) => {
+    const s = await setup(t);
+    const { intent } = s.outbox.enqueue(transfer(1));
+    s.script.push(
+      json(409, { code: 'request_in_progress' }, { 'retry-after': '1' }),
+      json(429, { code: 'rate_limited' }, { 'retry-after': '3' }),
+      json(201, { id: 't' }, { 'idempotent-replay': 'true' }),
+    );
+    await s.sender.drain();
+    t.same(s.sleeps, [1_000, 3_000]);
+    t.match(s.outbox.get(intent.key), { state: 'done', attempts: 3, answer: { replayed: true } });
+  },
+);
+
+void t.test(
+  'a stored 4xx is final; 422 key reuse and an unexpected answer fail, never repeated',
+  async (t) => {
+    const s = await setup(t);
+    const a = s.outbox.enqueue(transfer(1, ['1'])).intent;
+    const b = s.outbox.enqueue(transfer(2, ['1'])).intent;
+    const c = s.outbox.enqueue(transfer(3, ['1'])).intent;
+    s.script.push(
+      json(404, { code: 'not_found' }),
+      json(422, { code: 'idempotency_key_reuse' }),
+      json(405, { code: 'method_not_allowed' }),
+    );
+    const report = await s.sender.drain();
+    t.equal(s.seen.length, 3, 'one attempt each');
+    t.same(
+      s.seen.map((x) => x.headers['idempotency-key']),
+      [a.key, b.key, c.key],
+      'sent in the order stated, each with its own key',
+    );
+    t.match(s.outbox.get(a.key), { state: 'done', failure: null, answer: { status: 404 } });
+    t.match(s.outbox.get(b.key), {
+      state: 'failed',
+      failure: 'key_reuse',
+      answer: { status: 422 },
+    });
+    t.match(s.outbox.get(c.key), {
+      state: 'failed',
+      failure: 'unexpected_answer',
+      answer: { status: 405 },
+    });
+    t.same(
+      report.settled.map((i) => i.state),
+      ['done', 'failed', 'failed'],
+    );
+    t.equal(s.outbox.list().length, 3, 'no new intent, no new key');
+  },
+);
+
+void t.test('one intent at a time per lane; other lanes go at once', async (t) => {
+  const s = await setup(t);
+  const first = s.outbox.enqueue(transfer(1, ['account:a', 'account:b'])).intent;
+  const second = s.outbox.enqueue(transfer(2, ['account:b', 'account:c'])).intent;
+  const other = s.outbox.enqueue(transfer(3, ['account:x'])).intent;
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  let arrived!: () => void;
+  const bothArrived = new Promise<void>((r) => (arrived = r));
+  let count = 0;
+  const hold: Reply = async (res) => {
+    count += 1;
+    if (count === 2) arrived();
+    await held;
+    json(201, { id: 'x' })(res);
+  };
+  s.script.push(hold, hold, json(201, { id: 'y' }));
+  const draining = s.sender.drain();
+  await bothArrived;
+  t.same(
+    s.seen.map((x) => x.headers['idempotency-key']),
+    [first.key, other.key],
+    'the head of each lane is in flight; the second of lane b waits',
+  );
+  release();
+  const report = await draining;
+  t.same(
+    s.seen.map((x) => x.headers['idempotency-key']),
+    [first.key, other.key, second.key],
+  );
+  t.equal(report.settled.length, 3);
+});
+
+void t.test('401 halts the drain and keeps the intents for a good token', async (t) => {
+  const s = await setup(t);
+  const { intent } = s.outbox.enqueue(transfer(1));
+  s.outbox.enqueue(transfer(2));
+  s.script.push(json(401, { code: 'unauthenticated' }));
+  const report = await s.sender.drain();
+  t.equal(report.stoppedBy, 'unauthenticated');
+  t.equal(report.pending, 2);
+  t.equal(s.seen.length, 1, 'nothing more is sent');
+  t.match(s.outbox.get(intent.key), {
+    state: 'pending',
+    attempts: 1,
+    lastError: '401 unauthenticated',
+  });
+  t.match(s.events.at(-1), { type: 'halted', reason: 'unauthenticated' });
+});
+
+void t.test('the principal check: a 401, retries, another principal, an odd answer', async (t) => {
+  const refused = await setup(t, json(401, { code: 'unauthenticated' }));
+  refused.outbox.enqueue(transfer(1));
+  t.match(await refused.sender.drain(), { stoppedBy: 'unauthenticated', pending: 1 });
+  t.equal(refused.seen.length, 0, 'no write is sent before the principal is known');
+
+  let calls = 0;
+  const flaky = await setup(t, (res, seen) => {
+    calls += 1;
+    if (calls === 1) json(503, { code: 'service_unavailable' }, { 'retry-after': '2' })(res, seen);
+    else json(200, { id: 'p1' })(res, seen);
+  });
+  flaky.outbox.enqueue(transfer(1));
+  flaky.script.push(json(201, { id: 't' }));
+  t.match(await flaky.sender.drain(), { stoppedBy: 'empty' });
+  t.same(flaky.sleeps, [2_000]);
+  t.match(flaky.events[0], { type: 'retry', operation: 'getMe', error: '503 service_unavailable' });
+
+  const other = await setup(t, json(200, { id: 'p2' }));
+  other.outbox.bindPrincipal('p1');
+  other.outbox.enqueue(transfer(1));
+  await t.rejects(other.sender.drain(), { name: 'OutboxPrincipalError' });
+  t.equal(other.seen.length, 0);
+
+  const odd = await setup(t, json(404, { code: 'not_found' }));
+  odd.outbox.enqueue(transfer(1));
+  t.match(await odd.sender.drain(), {
+    stoppedBy: 'unexpected_answer',
+    halt: /GET \/api\/v1\/me answered 404/,
+  });
+
+  const empty = await setup(t, json(500, {}));
+  t.match(
+    await empty.sender.drain(),
+    { stoppedBy: 'empty', pending: 0 },
+    'nothing pending: no call',
+  );
+});
+
+void t.test('a key older than the TTL less the margin is reported, not sent', async (t) => {
+  const s = await setup(t);
+  const old = s.outbox.enqueue(transfer(1)).intent;
+  s.clock.now += 23 * 3_600_000; // 24h TTL less 1h margin
+  const fresh = s.outbox.enqueue(transfer(2)).intent;
+  s.script.push(json(201, { id: 't' }));
+  const report = await s.sender.drain();
+  t.same(
+    s.seen.map((x) => x.headers['idempotency-key']),
+    [fresh.key],
+    'only the fresh one is sent',
+  );
+  t.match(s.outbox.get(old.key), { state: 'failed', failure: 'expired', answer: null });
+  t.match(
+    s.events.find((e) => e.type === 'expired'),
+    { type: 'expired', ageMs: 23 * 3_600_000 },
+  );
+  t.same(
+    report.settled.map((i) => i.failure),
+    ['expired', null],
+  );
+
+  // Expiry also ends the repeats of an intent that never got an answer.
+  const late = await setup(t, undefined, {
+    backoff: { baseMs: 100, capMs: 10_000, maxRetryAfterMs: 3_600_000 },
+  });
+  const { intent } = late.outbox.enqueue(transfer(3));
+  for (let i = 0; i < 40; i += 1)
+    late.script.push(json(503, { code: 'service_unavailable' }, { 'retry-after': '3600' }));
+  await late.sender.drain();
+  t.equal(late.seen.length, 23, 'one attempt an hour until the key is 23 hours old');
+  t.match(late.outbox.get(intent.key), { state: 'failed', failure: 'expired', attempts: 23 });
+});
+
+void t.test('a deadline, a target and an abort end the drain with the rest kept', async (t) => {
+  const s = await setup(t);
+  const { intent } = s.outbox.enqueue(transfer(1));
+  for (let i = 0; i < 10; i += 1)
+    s.script.push(json(503, { code: 'service_unavailable' }, { 'retry-after': '1' }));
+  const report = await s.sender.drain({ deadline: START + 2_500 });
+  t.equal(report.stoppedBy, 'deadline');
+  t.equal(report.pending, 1);
+  t.equal(s.seen.length, 3, 'attempts at 0, 1 and 2 seconds');
+  t.match(s.outbox.get(intent.key), { state: 'pending', attempts: 3 });
+
+  const target = await setup(t);
+  const first = target.outbox.enqueue(transfer(1, ['a'])).intent;
+  target.outbox.enqueue(transfer(2, ['b']));
+  const byAmount: Reply = (res, seen) => {
+    const amount = (JSON.parse(seen.body) as { amount: number }).amount;
+    json(amount === 1 ? 201 : 503, { id: 't' })(res, seen);
+  };
+  target.script.push(byAmount, byAmount, byAmount, byAmount);
+  const r = await target.sender.drain({ target: first.key });
+  t.equal(r.stoppedBy, 'target');
+  t.match(target.outbox.get(first.key), { state: 'done' });
+
+  const ctrl = new AbortController();
+  const aborted = await setup(t, undefined, {
+    sleep: (ms, signal) =>
+      new Promise((resolve, reject) => {
+        const timer = setTimeout(resolve, ms);
+        signal.addEventListener('abort', () => {
+          clearTimeout(timer);
+          reject(signal.reason as Error);
+        });
+      }),
+  });
+  const held = aborted.outbox.enqueue(transfer(1)).intent;
+  aborted.script.push(() => {
+    ctrl.abort();
+  });
+  const a = await aborted.sender.drain({ signal: ctrl.signal });
+  t.equal(a.stoppedBy, 'aborted');
+  t.match(
+    aborted.outbox.get(held.key),
+    { state: 'pending', attempts: 0 },
+    'an aborted attempt is no attempt',
+  );
+  const again = await aborted.sender.drain({ signal: ctrl.signal });
+  t.equal(again.stoppedBy, 'aborted', 'an aborted signal sends nothing');
+  t.equal(aborted.seen.length, 1);
+});
+
+void t.test('options are checked when the sender is made', async (t) => {
+  const s = await setup(t);
+  const base = {
+    outbox: s.outbox,
+    baseUrl: s.base,
+    token: 'tok',
+    keyTtlMs: 10_000,
+    ttlMarginMs: 5_000,
+    timeoutMs: 1_000,
+    concurrency: 1,
+    backoff: { baseMs: 1, capMs: 1, maxRetryAfterMs: 1 },
+  };
+  t.throws(() => new Sender({ ...base, ttlMarginMs: 10_000 }), /ttlMarginMs.*keyTtlMs/);
+  t.throws(() => new Sender({ ...base, timeoutMs: 5_000 }), /timeoutMs.*ttlMarginMs/);
+  t.throws(() => new Sender({ ...base, concurrency: 0 }), /concurrency/);
+  t.throws(() => new Sender({ ...base, baseUrl: 'ftp://x' }), /baseUrl/);
+  t.throws(() => new Sender({ ...base, baseUrl: 'http://x/api' }), /baseUrl/);
+  t.throws(() => new Sender({ ...base, token: '' }), /token/);
+});

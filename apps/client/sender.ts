@@ -1,0 +1,513 @@
+/**
+ * The sender: drains an outbox over HTTP. It sends each pending intent with
+ * its own key, one at a time per lane in the order stated (intents of other
+ * lanes in parallel, up to a concurrency), repeats what the retry policy
+ * (retry.ts) says to repeat with the same key and the same bytes, records
+ * every final answer in the outbox before handing it on, and never sends a
+ * key older than the server keeps keys (less a margin): such an intent is
+ * reported as expired instead, because the server would run it again as new.
+ *
+ * Before the first write it asks `GET /api/v1/me` who the token belongs to
+ * and binds the outbox to that principal (keys are per principal: another
+ * principal's repeat of a key would run as a new request).
+ */
+import { setTimeout as delay } from 'node:timers/promises';
+import {
+  Outbox,
+  OutboxError,
+  type FailureReason,
+  type Intent,
+  type RecordedAnswer,
+} from './outbox.js';
+import { backoffDelay, classifyAnswer, type BackoffSettings } from './retry.js';
+
+/** How a sender reaches the server and paces its attempts. */
+export interface SenderOptions {
+  /** The outbox to drain (open; the sender does not close it). */
+  readonly outbox: Outbox;
+  /** The server's origin, e.g. `http://127.0.0.1:3000` (no path, query or fragment). */
+  readonly baseUrl: string;
+  /** The bearer token. */
+  readonly token: string;
+  /** How long the server keeps a key (its `sync.idempotency_key_ttl`), in milliseconds. */
+  readonly keyTtlMs: number;
+  /**
+   * How much earlier than the TTL the client stops sending a key, in
+   * milliseconds: it covers clock skew and the last attempt's travel, so it
+   * must exceed `timeoutMs`.
+   */
+  readonly ttlMarginMs: number;
+  /** How long one attempt may take, answer body included, in milliseconds. */
+  readonly timeoutMs: number;
+  /** How many intents (of different lanes) may be in flight at once. */
+  readonly concurrency: number;
+  /** The backoff between attempts of one intent. */
+  readonly backoff: BackoffSettings;
+  /** The clock, in milliseconds since the epoch; default `Date.now`. */
+  readonly clock?: () => number;
+  /** Random numbers in [0, 1) for the jitter; default `Math.random`. */
+  readonly random?: () => number;
+  /** Waits `ms`, rejecting when the signal aborts; default a timer. */
+  readonly sleep?: (ms: number, signal: AbortSignal) => Promise<void>;
+  /** Receives progress events as they happen. */
+  readonly onEvent?: (event: SendEvent) => void;
+  /** The fetch implementation; default the global fetch. */
+  readonly fetch?: typeof fetch;
+}
+
+/** What a drain reports as it goes. */
+export type SendEvent =
+  /** The token's principal is known and the outbox is bound to it. */
+  | { readonly type: 'principal'; readonly principalId: string }
+  /** An attempt starts. */
+  | {
+      readonly type: 'attempt';
+      readonly key: string;
+      readonly seq: number;
+      readonly operation: string;
+      readonly attempt: number;
+    }
+  /** An attempt met something to repeat after `delayMs` (key null: the principal check). */
+  | {
+      readonly type: 'retry';
+      readonly key: string | null;
+      readonly seq: number | null;
+      readonly operation: string;
+      readonly attempt: number;
+      readonly error: string;
+      readonly delayMs: number;
+    }
+  /** An intent reached its final state (done, or failed by key reuse or an unexpected answer). */
+  | { readonly type: 'settled'; readonly intent: Intent }
+  /** An intent's key is too old to send; it is failed as expired, not sent. */
+  | { readonly type: 'expired'; readonly intent: Intent; readonly ageMs: number }
+  /** The drain stops for something only a person can fix. */
+  | {
+      readonly type: 'halted';
+      readonly reason: 'unauthenticated' | 'unexpected_answer';
+      readonly detail: string;
+    };
+
+/** Why a drain ended. */
+export type StopReason =
+  /** Nothing is pending any more. */
+  | 'empty'
+  /** The target intent reached its final state. */
+  | 'target'
+  /** The deadline came with intents still pending. */
+  | 'deadline'
+  /** The signal aborted. */
+  | 'aborted'
+  /** The server refused the token (401): intents wait for a good one. */
+  | 'unauthenticated'
+  /** `GET /api/v1/me` gave an answer the API does not give. */
+  | 'unexpected_answer';
+
+/** What a drain did. */
+export interface DrainReport {
+  /** The intents that reached a final state in this drain, in the order they did. */
+  readonly settled: readonly Intent[];
+  /** How many intents are still pending. */
+  readonly pending: number;
+  /** Why it ended. */
+  readonly stoppedBy: StopReason;
+  /** For a halt, what the server said. */
+  readonly halt?: string;
+}
+
+/** Options of one drain. */
+export interface DrainOptions {
+  /** Start no attempt at or after this time (milliseconds since the epoch); default: none. */
+  readonly deadline?: number;
+  /** Stop (attempts in flight are abandoned, their intents stay pending) when this aborts. */
+  readonly signal?: AbortSignal;
+  /** Stop as soon as the intent with this key reaches a final state. */
+  readonly target?: string;
+}
+
+/** An answer as read off the wire. */
+interface WireAnswer extends RecordedAnswer {
+  readonly retryAfter: string | null;
+  readonly code: string | undefined;
+}
+
+/** The headers an answer is recorded with. */
+const KEPT_HEADERS = ['location', 'etag', 'content-type', 'correlation-id'];
+
+const defaultSleep = (ms: number, signal: AbortSignal): Promise<void> =>
+  delay(ms, undefined, { signal });
+
+function describeError(err: unknown, timeoutMs: number): string {
+  if (err instanceof Error && err.name === 'TimeoutError') {
+    return `timeout after ${String(timeoutMs)}ms`;
+  }
+  const cause = (err as { cause?: { code?: unknown; message?: unknown } }).cause;
+  const code = typeof cause?.code === 'string' ? cause.code : undefined;
+  const text = typeof cause?.message === 'string' ? cause.message : String(err);
+  if (
+    code === 'UND_ERR_SOCKET' ||
+    code === 'ECONNRESET' ||
+    code === 'EPIPE' ||
+    /other side closed|socket hang up/i.test(text)
+  ) {
+    return `connection lost: ${text}`;
+  }
+  return code === undefined ? text : `${code}: ${text}`;
+}
+
+function principalId(body: string): string | undefined {
+  try {
+    const value = JSON.parse(body) as { id?: unknown } | null;
+    return typeof value?.id === 'string' ? value.id : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function problemCode(body: string): string | undefined {
+  try {
+    const value = JSON.parse(body) as unknown;
+    if (typeof value === 'object' && value !== null && 'code' in value) {
+      const { code } = value;
+      return typeof code === 'string' ? code : undefined;
+    }
+  } catch {
+    // not JSON: no problem code
+  }
+  return undefined;
+}
+
+/** Drains an outbox; one sender per outbox and token. */
+export class Sender {
+  private readonly clock: () => number;
+  private readonly random: () => number;
+  private readonly sleep: (ms: number, signal: AbortSignal) => Promise<void>;
+  private readonly fetch: typeof fetch;
+  private readonly origin: URL;
+  private principalChecked = false;
+
+  /**
+   * @param options the outbox, the server, the TTL and the pacing.
+   * @throws RangeError for a base URL that is not an http(s) origin, an empty
+   *   token, a margin not below the TTL, a timeout not below the margin, or a
+   *   concurrency below 1.
+   */
+  constructor(private readonly options: SenderOptions) {
+    let origin: URL | undefined;
+    try {
+      origin = new URL(options.baseUrl);
+    } catch {
+      origin = undefined;
+    }
+    if (
+      origin === undefined ||
+      (origin.protocol !== 'http:' && origin.protocol !== 'https:') ||
+      origin.pathname !== '/' ||
+      origin.search !== '' ||
+      origin.hash !== ''
+    ) {
+      throw new RangeError(
+        `baseUrl must be an http or https origin without path, query or fragment, got "${options.baseUrl}"`,
+      );
+    }
+    if (options.token === '') throw new RangeError('token must not be empty');
+    if (!(options.ttlMarginMs < options.keyTtlMs)) {
+      throw new RangeError('ttlMarginMs must be less than keyTtlMs');
+    }
+    if (!(options.timeoutMs < options.ttlMarginMs)) {
+      throw new RangeError(
+        'timeoutMs must be less than ttlMarginMs (the last attempt must arrive before the key can expire)',
+      );
+    }
+    if (!Number.isInteger(options.concurrency) || options.concurrency < 1) {
+      throw new RangeError('concurrency must be an integer of at least 1');
+    }
+    this.origin = origin;
+    this.clock = options.clock ?? Date.now;
+    this.random = options.random ?? Math.random;
+    this.sleep = options.sleep ?? defaultSleep;
+    this.fetch = options.fetch ?? globalThis.fetch;
+  }
+
+  /**
+   * Sends what is pending until nothing is, the target settled, the
+   * deadline came, the signal aborted, or the server refused the token.
+   * Intents a previous process left are sent like new ones, with their keys.
+   *
+   * @param options deadline, abort signal and target.
+   * @returns what settled and what is left.
+   * @throws OutboxPrincipalError when the token belongs to another principal
+   *   than the outbox (nothing is sent).
+   * @throws OutboxCorruptError when a row to send is corrupt (nothing more is sent).
+   */
+  async drain(options: DrainOptions = {}): Promise<DrainReport> {
+    const { outbox } = this.options;
+    const signal = options.signal ?? new AbortController().signal;
+    const settled: Intent[] = [];
+    const report = (stoppedBy: StopReason, halt?: string): DrainReport => ({
+      settled,
+      pending: outbox.pendingCount(),
+      stoppedBy,
+      ...(halt === undefined ? {} : { halt }),
+    });
+    if (outbox.pendingCount() === 0) return report('empty');
+    if (signal.aborted) return report('aborted');
+    if (!this.principalChecked) {
+      const stop = await this.checkPrincipal(options.deadline, signal);
+      if (stop !== undefined) return report(stop.reason, stop.detail);
+      this.principalChecked = true;
+    }
+    const inFlight = new Map<number, Promise<void>>();
+    // Written by the attempts as they end, read by the loop.
+    const ended: { halt?: { reason: 'unauthenticated'; detail: string }; failure?: Error } = {};
+    // A function, not the property: the signal changes while the loop awaits.
+    const aborted = (): boolean => signal.aborted;
+    const targetDone = (): boolean =>
+      options.target !== undefined && settled.some((i) => i.key === options.target);
+    const start = (intent: Intent): void => {
+      const run = this.attempt(intent, signal, settled)
+        .then((h) => {
+          if (h !== undefined) ended.halt = h;
+        })
+        .catch((err: unknown) => {
+          ended.failure ??= err instanceof Error ? err : new Error(String(err));
+        })
+        .finally(() => inFlight.delete(intent.seq));
+      inFlight.set(intent.seq, run);
+    };
+    for (;;) {
+      const stopping =
+        ended.failure !== undefined || ended.halt !== undefined || signal.aborted || targetDone();
+      const now = this.clock();
+      const beforeDeadline = options.deadline === undefined || now < options.deadline;
+      if (!stopping && beforeDeadline) {
+        const slots = this.options.concurrency - inFlight.size;
+        if (slots > 0) {
+          for (const intent of outbox.ready(now, new Set(inFlight.keys()), slots)) start(intent);
+        }
+      }
+      if (inFlight.size === 0) {
+        if (ended.failure !== undefined) throw ended.failure;
+        if (ended.halt !== undefined) {
+          this.emit({ type: 'halted', ...ended.halt });
+          return report(ended.halt.reason, ended.halt.detail);
+        }
+        if (aborted()) return report('aborted');
+        if (targetDone()) return report('target');
+        const next = outbox.nextAttemptAt();
+        if (next === undefined) return report('empty');
+        if (options.deadline !== undefined && Math.max(next, now) >= options.deadline) {
+          return report('deadline');
+        }
+        try {
+          await this.sleep(Math.max(0, next - now), signal);
+        } catch {
+          return report('aborted');
+        }
+        continue;
+      }
+      // Wait for an attempt to end, or for the next intent of a free lane to
+      // fall due while a slot is free.
+      const waits: Promise<unknown>[] = [...inFlight.values()];
+      const wake = new AbortController();
+      const next =
+        stopping || inFlight.size >= this.options.concurrency
+          ? undefined
+          : outbox.nextAttemptAt(new Set(inFlight.keys()));
+      if (next !== undefined && (options.deadline === undefined || next < options.deadline)) {
+        const both = AbortSignal.any([signal, wake.signal]);
+        waits.push(this.sleep(Math.max(0, next - now), both).catch(() => undefined));
+      }
+      await Promise.race(waits);
+      wake.abort();
+    }
+  }
+
+  private emit(event: SendEvent): void {
+    this.options.onEvent?.(event);
+  }
+
+  private async checkPrincipal(
+    deadline: number | undefined,
+    signal: AbortSignal,
+  ): Promise<{ reason: StopReason; detail?: string } | undefined> {
+    for (let attempt = 1; ; attempt += 1) {
+      let error: string;
+      let retryAfterMs: number | undefined;
+      try {
+        const answer = await this.request('GET', '/api/v1/me', null, undefined, signal);
+        const cls = classifyAnswer(answer, this.clock());
+        const id = answer.status === 200 ? principalId(answer.body) : undefined;
+        if (id !== undefined) {
+          this.options.outbox.bindPrincipal(id);
+          this.emit({ type: 'principal', principalId: id });
+          return undefined;
+        }
+        if (cls.kind === 'unauthenticated') {
+          const detail = `GET /api/v1/me answered 401: the token is not valid (${answer.body})`;
+          this.emit({ type: 'halted', reason: 'unauthenticated', detail });
+          return { reason: 'unauthenticated', detail };
+        }
+        if (cls.kind !== 'retry') {
+          const detail = `GET /api/v1/me answered ${String(answer.status)}: ${answer.body}`;
+          this.emit({ type: 'halted', reason: 'unexpected_answer', detail });
+          return { reason: 'unexpected_answer', detail };
+        }
+        error = cls.reason;
+        retryAfterMs = cls.retryAfterMs;
+      } catch (err) {
+        if (err instanceof OutboxError) throw err;
+        if (signal.aborted) return { reason: 'aborted' };
+        error = describeError(err, this.options.timeoutMs);
+      }
+      const wait = backoffDelay(attempt, this.options.backoff, this.random, retryAfterMs);
+      this.emit({
+        type: 'retry',
+        key: null,
+        seq: null,
+        operation: 'getMe',
+        attempt,
+        error,
+        delayMs: wait,
+      });
+      if (deadline !== undefined && this.clock() + wait >= deadline) return { reason: 'deadline' };
+      try {
+        await this.sleep(wait, signal);
+      } catch {
+        return { reason: 'aborted' };
+      }
+    }
+  }
+
+  /**
+   * One attempt of one intent, recorded in the outbox.
+   *
+   * @returns a halt when the server refused the token.
+   */
+  private async attempt(
+    intent: Intent,
+    signal: AbortSignal,
+    settled: Intent[],
+  ): Promise<{ reason: 'unauthenticated'; detail: string } | undefined> {
+    const { outbox, keyTtlMs, ttlMarginMs } = this.options;
+    const started = this.clock();
+    const ageMs = started - intent.createdAt;
+    if (ageMs >= keyTtlMs - ttlMarginMs) {
+      outbox.recordExpired(intent.seq, started);
+      const expired = outbox.get(intent.key) ?? intent;
+      settled.push(expired);
+      this.emit({ type: 'expired', intent: expired, ageMs });
+      return undefined;
+    }
+    const attempt = intent.attempts + 1;
+    this.emit({
+      type: 'attempt',
+      key: intent.key,
+      seq: intent.seq,
+      operation: intent.operation,
+      attempt,
+    });
+    let answer: WireAnswer;
+    try {
+      answer = await this.request(intent.method, intent.path, intent.body, intent.key, signal);
+    } catch (err) {
+      // An attempt cut short by the caller is no attempt: the intent stays
+      // as it was, to be sent again with the same key.
+      if (signal.aborted) return undefined;
+      this.scheduleRetry(intent, attempt, describeError(err, this.options.timeoutMs), undefined);
+      return undefined;
+    }
+    const now = this.clock();
+    const cls = classifyAnswer(answer, now);
+    const final = (state: 'done' | 'failed', failure: FailureReason | null): void => {
+      outbox.recordFinal(intent.seq, {
+        attempts: attempt,
+        state,
+        failure,
+        answer: {
+          status: answer.status,
+          replayed: answer.replayed,
+          headers: answer.headers,
+          body: answer.body,
+        },
+        now,
+      });
+      const recorded = outbox.get(intent.key) ?? intent;
+      settled.push(recorded);
+      this.emit({ type: 'settled', intent: recorded });
+    };
+    switch (cls.kind) {
+      case 'final':
+        final('done', null);
+        return undefined;
+      case 'key_reuse':
+        final('failed', 'key_reuse');
+        return undefined;
+      case 'unexpected':
+        final('failed', 'unexpected_answer');
+        return undefined;
+      case 'retry':
+        this.scheduleRetry(intent, attempt, cls.reason, cls.retryAfterMs);
+        return undefined;
+      case 'unauthenticated':
+        outbox.recordRetry(intent.seq, attempt, now, '401 unauthenticated');
+        return {
+          reason: 'unauthenticated',
+          detail: `${intent.method} ${intent.path} answered 401: the token is not valid (${answer.body})`,
+        };
+    }
+  }
+
+  private scheduleRetry(
+    intent: Intent,
+    attempt: number,
+    error: string,
+    retryAfterMs: number | undefined,
+  ): void {
+    const wait = backoffDelay(attempt, this.options.backoff, this.random, retryAfterMs);
+    this.options.outbox.recordRetry(intent.seq, attempt, this.clock() + wait, error);
+    this.emit({
+      type: 'retry',
+      key: intent.key,
+      seq: intent.seq,
+      operation: intent.operation,
+      attempt,
+      error,
+      delayMs: wait,
+    });
+  }
+
+  private async request(
+    method: string,
+    path: string,
+    body: string | null,
+    key: string | undefined,
+    signal: AbortSignal,
+  ): Promise<WireAnswer> {
+    const headers: Record<string, string> = { authorization: `Bearer ${this.options.token}` };
+    if (body !== null) headers['content-type'] = 'application/json';
+    if (key !== undefined) headers['idempotency-key'] = key;
+    const both = AbortSignal.any([signal, AbortSignal.timeout(this.options.timeoutMs)]);
+    const res = await this.fetch(new URL(path, this.origin), {
+      method,
+      headers,
+      body,
+      signal: both,
+      redirect: 'manual',
+    });
+    const text = await res.text();
+    const kept: Record<string, string> = {};
+    for (const name of KEPT_HEADERS) {
+      const value = res.headers.get(name);
+      if (value !== null) kept[name] = value;
+    }
+    return {
+      status: res.status,
+      replayed: res.headers.get('idempotent-replay') === 'true',
+      headers: kept,
+      body: text,
+      retryAfter: res.headers.get('retry-after'),
+      code: res.status >= 400 ? problemCode(text) : undefined,
+    };
+  }
+}
