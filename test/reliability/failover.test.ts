@@ -25,9 +25,12 @@
  * after each, under load.
  */
 import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import t from 'tap';
 import type { Test } from 'tap';
-import { newId } from '../../kernel/ids/index.js';
+import { Outbox, type Intent } from '../../apps/client/outbox.js';
 import { CLEANUP_TASK } from '../../modules/sync/jobs/cleanup.js';
 import { installWorkerSchema } from '../../platform/jobs/index.js';
 import { runMigrations } from '../../platform/migrate/index.js';
@@ -44,7 +47,6 @@ import {
   keysInProgress,
   newPrincipal,
   openAccount,
-  post,
   sleep,
   startApi,
   type ApiProcess,
@@ -56,72 +58,10 @@ const FAILOVERS = bySoak(1, 4);
 const ACCOUNTS = 6;
 const OPENING = 1_000_000_000;
 const DATABASE = 'failover';
-/** Attempts per intent before the test gives up on it (then a failure). */
-const MAX_ATTEMPTS = 400;
+/** How long a client may drain: a broken run ends with intents pending, it does not hang. */
+const DRAIN_DEADLINE_MS = bySoak(120_000, 1_500_000);
 
 if (soak) t.setTimeout(30 * 60_000);
-
-/** One attempt of one intent, as its client saw it. */
-interface Attempt {
-  /** When it was sent, on this process's monotonic clock (ms). */
-  readonly sentAt: number;
-  /** When its answer (or error) came (ms). */
-  readonly endedAt: number;
-  /** The status, or `error` for a connection error. */
-  readonly status: number | 'error';
-  /** The problem code of a 4xx or 5xx answer, when it has one. */
-  readonly code: string | undefined;
-}
-
-/** One intent of a client and how it ended. */
-interface Intent {
-  readonly client: number;
-  readonly key: string;
-  readonly body: string;
-  readonly attempts: Attempt[];
-  final: { status: number; body: string } | undefined;
-}
-
-function codeOf(body: string): string | undefined {
-  try {
-    return (JSON.parse(body) as { code?: string }).code;
-  } catch {
-    return undefined;
-  }
-}
-
-/**
- * Sends one keyed transfer until it has a final answer, by the retry rules
- * of docs/api/README.md: a connection error, a 5xx, `409
- * request_in_progress` and `429` are repeated with the same key and body
- * after a jittered backoff; anything else is final.
- */
-async function deliver(base: string, token: string, intent: Intent): Promise<void> {
-  for (let n = 1; n <= MAX_ATTEMPTS; n += 1) {
-    const sentAt = performance.now();
-    let status: number | 'error';
-    let body = '';
-    try {
-      const answer = await post(base, '/api/v1/transfers', token, intent.body, intent.key);
-      status = answer.status;
-      body = answer.body;
-    } catch {
-      status = 'error';
-    }
-    const code = status === 'error' ? undefined : codeOf(body);
-    intent.attempts.push({ sentAt, endedAt: performance.now(), status, code });
-    const retry =
-      status === 'error' ||
-      status >= 500 ||
-      status === 429 ||
-      (status === 409 && code === 'request_in_progress');
-    if (!retry && status !== 'error') {
-      intent.final = { status, body };
-      return;
-    }
-    await sleep(Math.min(10 * 2 ** Math.min(n, 5), 250) * (0.5 + Math.random() / 2));
-  }
-}
 
 /** The file's two clusters, its database, and the address that follows the primary. */
 interface Setup {
@@ -185,41 +125,96 @@ async function workerRunsAJob(owner: Sql): Promise<void> {
   );
 }
 
-/** What the clients saw around one failover. */
+/** One JSON line of a client process (see failover-client.ts). */
+interface ClientLine {
+  readonly at: number;
+  readonly msg: string;
+  readonly key?: string;
+  readonly attempt?: number;
+  readonly error?: string;
+  readonly status?: number;
+}
+
+/** A client process, its outbox and its api process. */
+interface ClientProcess {
+  readonly index: number;
+  readonly api: number;
+  readonly outbox: string;
+  readonly process: ServerProcess;
+}
+
+function linesOf(client: ClientProcess): ClientLine[] {
+  return client.process.lines as unknown as ClientLine[];
+}
+
+/** When each attempt (key and number) started, by the client's own line. */
+function attemptStarts(clients: readonly ClientProcess[]): Map<string, number> {
+  const starts = new Map<string, number>();
+  for (const c of clients) {
+    for (const l of linesOf(c)) {
+      if (l.msg === 'attempt') starts.set(`${l.key ?? ''}#${String(l.attempt)}`, l.at);
+    }
+  }
+  return starts;
+}
+
+/** What the clients saw around one failover (wall-clock ms). */
 interface FailoverFigures {
   readonly stoppedAt: number;
   /** When `pg_ctl stop -m immediate` returned (the old primary is gone). */
   readonly downAt: number;
   readonly promotedAt: number;
   readonly switchedAt: number;
-  /** Time from the stop to the first 201 of an attempt sent after the stop. */
-  firstCreatedAfterMs: number | undefined;
 }
 
-function describe(intents: readonly Intent[], failovers: readonly FailoverFigures[]): string[] {
-  const attempts = intents.flatMap((i) => i.attempts);
-  const byStatus = new Map<string, number>();
-  for (const a of attempts) {
-    if (a.status === 'error' || a.status >= 300) {
-      const label =
-        a.status === 'error' ? 'connection error' : `${String(a.status)} ${a.code ?? ''}`;
-      byStatus.set(label, (byStatus.get(label) ?? 0) + 1);
-    }
+/**
+ * The figures the ADR records, from the clients' lines: per failover the
+ * time from the stop to the first 201 of an attempt started after the stop;
+ * overall the retries and what they met.
+ */
+function describe(
+  clients: readonly ClientProcess[],
+  intents: readonly Intent[],
+  failovers: readonly FailoverFigures[],
+): string[] {
+  const starts = attemptStarts(clients);
+  const all = clients.flatMap(linesOf);
+  const retries = all.filter((l) => l.msg === 'retry');
+  const met = new Map<string, number>();
+  for (const r of retries) met.set(r.error ?? '', (met.get(r.error ?? '') ?? 0) + 1);
+  const fiveXx = retries.filter((r) => /^5\d\d/.test(r.error ?? '')).length;
+  const settled = all.filter((l) => l.msg === 'settled');
+  const replays = intents.filter((i) => i.answer?.replayed === true).length;
+  // How long the slowest intent waited from its first attempt to its answer.
+  const firstAttempt = new Map<string, number>();
+  for (const l of all) {
+    if (l.msg === 'attempt' && l.attempt === 1) firstAttempt.set(l.key ?? '', l.at);
   }
-  const fiveXx = attempts.filter((a) => a.status !== 'error' && a.status >= 500).length;
-  const retries = attempts.length - intents.length;
-  const retried = intents.filter((i) => i.attempts.length > 1).length;
+  const waits = settled.map((l) => l.at - (firstAttempt.get(l.key ?? '') ?? l.at));
+  const sortedWaits = [...waits].sort((a, b) => a - b);
+  const median = sortedWaits[Math.floor(sortedWaits.length / 2)] ?? 0;
   return [
-    `${String(intents.length)} intents by ${String(CLIENTS)} clients, ${String(attempts.length)} attempts, ` +
-      `${String(retries)} retries (${String(retried)} intents retried, at most ${String(Math.max(...intents.map((i) => i.attempts.length)))} attempts for one)`,
-    `5xx answers: ${String(fiveXx)}; answers other than 201: ${JSON.stringify(Object.fromEntries(byStatus))}`,
-    ...failovers.map(
-      (f, n) =>
-        `failover ${String(n + 1)}: old primary down ${(f.downAt - f.stoppedAt).toFixed(0)} ms after the stop, ` +
-        `promoted at ${(f.promotedAt - f.stoppedAt).toFixed(0)} ms, ` +
-        `forwarder switched at ${(f.switchedAt - f.stoppedAt).toFixed(0)} ms, ` +
-        `first 201 on the new primary ${f.firstCreatedAfterMs === undefined ? 'never' : `${f.firstCreatedAfterMs.toFixed(0)} ms`} after the stop`,
-    ),
+    `${String(intents.length)} intents in ${String(clients.length)} client processes (one outbox each), ` +
+      `${String(all.filter((l) => l.msg === 'attempt').length)} attempts, ${String(retries.length)} retries ` +
+      `(${String(intents.filter((i) => i.attempts > 1).length)} intents retried, at most ${String(Math.max(...intents.map((i) => i.attempts)))} attempts for one), ` +
+      `${String(replays)} final answers were replays`,
+    `5xx answers: ${String(fiveXx)}; what the retries met: ${JSON.stringify(Object.fromEntries(met))}`,
+    `from first attempt to final answer: median ${String(median)} ms, longest ${String(Math.max(...waits))} ms`,
+    ...failovers.map((f, n) => {
+      const first = settled
+        .filter(
+          (l) =>
+            l.status === 201 &&
+            (starts.get(`${l.key ?? ''}#${String(l.attempt ?? 0)}`) ?? 0) >= f.stoppedAt,
+        )
+        .map((l) => l.at);
+      const since = first.length === 0 ? 'never' : `${String(Math.min(...first) - f.stoppedAt)} ms`;
+      return (
+        `failover ${String(n + 1)}: old primary down ${String(f.downAt - f.stoppedAt)} ms after the stop, ` +
+        `promoted at ${String(f.promotedAt - f.stoppedAt)} ms, forwarder switched at ${String(f.switchedAt - f.stoppedAt)} ms, ` +
+        `first 201 on the new primary ${since} after the stop`
+      );
+    }),
   ];
 }
 
@@ -227,10 +222,14 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
   const setup = await setUp(t);
   const { pair, forwarder } = setup;
   const processes: ServerProcess[] = [];
+  const clients: ClientProcess[] = [];
   const pools: Sql[] = [];
+  const folder = await fs.mkdtemp(path.join(os.tmpdir(), 'app-test-failover-outboxes-'));
   t.teardown(async () => {
+    await stopProcesses(clients.map((c) => c.process));
     await stopProcesses(processes);
     await Promise.all(pools.map((p) => p.end({ timeout: 1 }).catch(() => undefined)));
+    await fs.rm(folder, { recursive: true, force: true });
   });
   const setupApp = createSql(setup.appUrl, { max: 1, applicationName: 'test-app' });
   const token = await newPrincipal(setupApp).finally(() => setupApp.end());
@@ -266,70 +265,70 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
     );
   }
 
-  // The clients: each sends its transfers one after another to its api
-  // process (clients alternate between the two).
-  const intents: Intent[] = [];
-  let answered = 0;
-  const clients = Array.from({ length: CLIENTS }, async (_, c) => {
-    const base = apis[c % 2]?.base ?? '';
-    for (let i = 0; i < TRANSFERS_PER_CLIENT; i += 1) {
-      const from = (c + i) % ACCOUNTS;
-      const to = (from + 1 + (i % (ACCOUNTS - 1))) % ACCOUNTS;
-      const intent: Intent = {
-        client: c,
-        key: newId(),
-        body: JSON.stringify({
-          from_account_id: accounts[from],
-          to_account_id: accounts[to],
-          amount: 1 + ((c * 7 + i * 13) % 100),
-        }),
-        attempts: [],
-        final: undefined,
-      };
-      intents.push(intent);
-      await deliver(base, token, intent);
-      answered += 1;
-    }
-  });
+  // The client processes: each states its transfers in its own outbox and
+  // drains it through one of the two api processes.
+  for (let c = 0; c < CLIENTS; c += 1) {
+    const outbox = path.join(folder, `client-${String(c)}.sqlite`);
+    const api = c % 2;
+    clients.push({
+      index: c,
+      api,
+      outbox,
+      process: startScriptProcess('test/reliability/failover-client.ts', [], {
+        FAILOVER_CLIENT_OUTBOX: outbox,
+        FAILOVER_CLIENT_BASE_URL: apis[api]?.base ?? '',
+        FAILOVER_CLIENT_TOKEN: token,
+        FAILOVER_CLIENT_ACCOUNTS: accounts.join(','),
+        FAILOVER_CLIENT_TRANSFERS: String(TRANSFERS_PER_CLIENT),
+        FAILOVER_CLIENT_INDEX: String(c),
+        FAILOVER_CLIENT_DEADLINE_MS: String(DRAIN_DEADLINE_MS),
+      }),
+    });
+  }
+  const settledSoFar = (): number =>
+    clients.reduce((n, c) => n + linesOf(c).filter((l) => l.msg === 'settled').length, 0);
 
   const total = CLIENTS * TRANSFERS_PER_CLIENT;
   const failovers: FailoverFigures[] = [];
-  const operator = (async () => {
-    for (let f = 1; f <= FAILOVERS; f += 1) {
-      const threshold = Math.floor((total * f) / (FAILOVERS + 1));
-      await eventually(
-        `${String(threshold)} intents answered`,
-        () => Promise.resolve(answered >= threshold),
-        300_000,
-      );
-      const stoppedAt = performance.now();
-      await pair.stopPrimary();
-      const downAt = performance.now();
-      await pair.promoteStandby();
-      const promotedAt = performance.now();
-      forwarder.switchTo(pair.primary().port);
-      failovers.push({
-        stoppedAt,
-        downAt,
-        promotedAt,
-        switchedAt: performance.now(),
-        firstCreatedAfterMs: undefined,
-      });
-      // The next failover needs a standby again: the old primary, rebuilt
-      // from the new one under load.
-      if (f < FAILOVERS) await pair.rebuildStandby();
-    }
-  })();
-  await Promise.all([...clients, operator]);
-
-  for (const f of failovers) {
-    const after = intents
-      .flatMap((i) => i.attempts)
-      .filter((a) => a.status === 201 && a.sentAt >= f.stoppedAt)
-      .map((a) => a.endedAt);
-    f.firstCreatedAfterMs = after.length === 0 ? undefined : Math.min(...after) - f.stoppedAt;
+  for (let f = 1; f <= FAILOVERS; f += 1) {
+    const threshold = Math.floor((total * f) / (FAILOVERS + 1));
+    await eventually(
+      `${String(threshold)} intents settled`,
+      () => Promise.resolve(settledSoFar() >= threshold),
+      300_000,
+    );
+    const stoppedAt = Date.now();
+    await pair.stopPrimary();
+    const downAt = Date.now();
+    await pair.promoteStandby();
+    const promotedAt = Date.now();
+    forwarder.switchTo(pair.primary().port);
+    failovers.push({ stoppedAt, downAt, promotedAt, switchedAt: Date.now() });
+    // The next failover needs a standby again: the old primary, rebuilt
+    // from the new one under load.
+    if (f < FAILOVERS) await pair.rebuildStandby();
   }
-  for (const line of describe(intents, failovers)) t.comment(line);
+  const exits = await Promise.all(clients.map((c) => c.process.exited));
+  t.same(
+    exits,
+    clients.map(() => 0),
+    `every client process drained its outbox and exited 0: ${clients.map((c) => c.process.stderr()).join('')}`,
+  );
+
+  // The outboxes, read back after their processes ended.
+  const intents: Intent[] = [];
+  const intentsBy = new Map<number, Intent[]>();
+  for (const c of clients) {
+    const outbox = Outbox.open(c.outbox);
+    try {
+      const listed = outbox.list();
+      intents.push(...listed);
+      intentsBy.set(c.index, listed);
+    } finally {
+      outbox.close();
+    }
+  }
+  for (const line of describe(clients, intents, failovers)) t.comment(line);
   for (const [n, api] of apis.entries()) {
     const errors = new Map<string, number>();
     for (const line of api.process.lines) {
@@ -343,46 +342,50 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
     );
   }
 
-  t.equal(intents.length, total);
+  t.equal(intents.length, total, 'the outboxes hold every intent stated');
   t.same(
-    intents.filter((i) => i.final === undefined).map((i) => i.key),
+    intents.filter((i) => i.state !== 'done').map((i) => [i.key, i.state, i.lastError]),
     [],
-    'every intent has a final answer',
+    'every intent in every outbox has a final answer',
   );
   t.same(
-    intents.filter((i) => i.final?.status !== 201).map((i) => [i.key, i.final]),
+    intents.filter((i) => i.answer?.status !== 201).map((i) => [i.key, i.answer]),
     [],
     'every final answer is a 201',
   );
   t.equal(failovers.length, FAILOVERS, 'every failover happened');
+  const starts = attemptStarts(clients);
+  const all = clients.flatMap(linesOf);
   t.same(
     failovers
       .map((f, n) => ({ n: n + 1, f }))
       .filter(
         ({ f }) =>
-          !intents.some((i) =>
-            i.attempts.some(
-              (a) =>
-                a.sentAt < f.switchedAt &&
-                a.endedAt > f.stoppedAt &&
-                (a.status === 'error' || a.status >= 500),
-            ),
+          !all.some(
+            (l) =>
+              l.msg === 'retry' &&
+              l.at >= f.stoppedAt &&
+              (starts.get(`${l.key ?? ''}#${String(l.attempt ?? 0)}`) ?? Infinity) < f.switchedAt,
           ),
       )
       .map(({ n }) => n),
     [],
-    'each failover hit requests in flight: some failed with a 5xx or a broken connection and were retried',
+    'each failover hit requests in flight: some failed and were retried with their keys',
   );
   const last = failovers[failovers.length - 1];
   for (const [n, api] of apis.entries()) {
     t.ok(
-      intents.some(
-        (i) =>
-          i.client % 2 === n &&
-          i.attempts.some(
-            (a) => a.status === 201 && last !== undefined && a.sentAt >= last.switchedAt,
+      clients
+        .filter((c) => c.api === n)
+        .some((c) =>
+          linesOf(c).some(
+            (l) =>
+              l.msg === 'settled' &&
+              l.status === 201 &&
+              last !== undefined &&
+              (starts.get(`${l.key ?? ''}#${String(l.attempt ?? 0)}`) ?? 0) >= last.switchedAt,
           ),
-      ),
+        ),
       `api process ${String(n + 1)} answered 201 on the new primary without a restart`,
     );
     t.equal(api.process.child.exitCode, null, `api process ${String(n + 1)} is still running`);
@@ -390,7 +393,7 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
   t.same(
     processes.map((p) => p.child.pid),
     pids,
-    'the processes are the ones started',
+    'the server processes are the ones started',
   );
 
   const owner = createSql(setup.ownerUrl, { max: 2, applicationName: 'test-owner' });
@@ -400,15 +403,15 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
   t.same(where, { port: pair.primary().port, recovery: false }, 'the checks read the new primary');
 
   const createdIds = intents
-    .filter((i) => i.final?.status === 201)
-    .map((i) => (JSON.parse(i.final?.body ?? '{}') as { id: string }).id)
+    .filter((i) => i.answer?.status === 201)
+    .map((i) => (JSON.parse(i.answer?.body ?? '{}') as { id: string }).id)
     .sort();
   const transfers = await owner<{ id: string }[]>`select id from ledger_transfers order by id`;
   t.equal(new Set(createdIds).size, createdIds.length, 'every 201 names a transfer of its own');
   t.same(
     transfers.map((r) => r.id),
     createdIds,
-    'every 201 transfer exists exactly once, and no other transfer exists',
+    'every 201 transfer exists exactly once, and no transfer exists that no intent asked for',
   );
   const keyRows = await owner<{ key: string; resource_id: string | null }[]>`
     select key, resource_id from idempotency_keys where action = 'createTransfer'`;
@@ -416,10 +419,12 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
   t.equal(keyRows.length, total, 'one key row per intent');
   t.same(
     intents
-      .filter((i) => byKey.get(i.key) !== (JSON.parse(i.final?.body ?? '{}') as { id?: string }).id)
+      .filter(
+        (i) => byKey.get(i.key) !== (JSON.parse(i.answer?.body ?? '{}') as { id?: string }).id,
+      )
       .map((i) => i.key),
     [],
-    "each intent's key row names the transfer its client got",
+    "each intent's key row names the transfer its outbox recorded",
   );
   t.same(await keysInProgress(owner), [], 'no key row is left in progress');
   await assertLedgerInvariants(t, owner, openings);
@@ -431,7 +436,7 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
     'the worker ran a job on the new primary and is still running',
   );
 
-  t.same(await stopProcesses(processes), [0, 0, 0], 'every process drains and exits 0');
+  t.same(await stopProcesses(processes), [0, 0, 0], 'every server process drains and exits 0');
 });
 
 void t.test(
