@@ -101,14 +101,17 @@ void t.test('GET /metrics shows the idempotency outcomes moving', async (t) => {
 });
 
 void t.test(
-  'the metrics route needs no token, is not rate limited and is not documented',
+  'the metrics route needs no token, is rate limited by address and is not documented',
   async (t) => {
-    const k = await startTestApp(t, { env: { ...QUIET, HTTP__RATE_LIMIT_MAX: '1' } });
-    for (let i = 0; i < 3; i++) {
+    const k = await startTestApp(t, { env: { ...QUIET, HTTP__RATE_LIMIT_MAX: '2' } });
+    for (let i = 0; i < 2; i++) {
       const res = await k.app.http.inject({ method: 'GET', url: '/metrics' });
       t.equal(res.statusCode, 200, `scrape ${String(i + 1)}`);
-      t.notOk(res.headers['ratelimit-limit'], 'no rate limit headers');
+      t.equal(res.headers['ratelimit-limit'], '2', 'counted like any anonymous call');
     }
+    const over = await k.app.http.inject({ method: 'GET', url: '/metrics' });
+    t.equal(over.statusCode, 429, 'a flood of scrapes is refused (hostile-client review)');
+    t.match(over.json(), { code: 'rate_limited' });
     const doc = k.app.http.swagger() as unknown as { paths: Record<string, unknown> };
     t.notOk('/metrics' in doc.paths, 'hidden from the API document');
   },

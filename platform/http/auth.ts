@@ -9,6 +9,7 @@ import type { Authenticator } from '../../kernel/actor/index.js';
 import type { Clock } from '../../kernel/clock/index.js';
 import { setActor } from '../../kernel/context/index.js';
 import { problem, type AppError } from '../../kernel/errs/index.js';
+import { countHeader } from './refusals.js';
 import type { AuthMode } from './types.js';
 
 /** RFC 6750 token68 after `Bearer `, case-insensitive scheme, one space. */
@@ -19,19 +20,6 @@ function unauthenticated(detail: string, error?: 'invalid_token' | 'invalid_requ
     headers: { 'www-authenticate': error === undefined ? 'Bearer' : `Bearer error="${error}"` },
     hint: 'Send Authorization: Bearer <token>; create a token with the principal CLI or POST /api/v1/tokens.',
   });
-}
-
-/**
- * How many times a header appears in Node.js's flat raw header list.
- *
- * @param rawHeaders [name, value, name, value, ...].
- * @param name the header name, lower case.
- * @returns the count.
- */
-function countHeader(rawHeaders: readonly string[], name: string): number {
-  let n = 0;
-  for (let i = 0; i < rawHeaders.length; i += 2) if (rawHeaders[i]?.toLowerCase() === name) n++;
-  return n;
 }
 
 /**

@@ -28,3 +28,50 @@ export const noStoreHook: onSendHookHandler = (req, reply, payload, done) => {
   }
   done(null, payload);
 };
+
+/**
+ * Whether an `If-None-Match` value names an entity tag, by the weak
+ * comparison of RFC 9110 section 13.1.2 (`W/"3"` matches `"3"`); `*`
+ * matches any current representation.
+ *
+ * @param header the request's If-None-Match.
+ * @param etag the answer's ETag.
+ * @returns true when the client holds this representation.
+ */
+export function noneMatchHolds(header: string, etag: string): boolean {
+  if (header.trim() === '*') return true;
+  const opaque = (tag: string) => tag.trim().replace(/^W\//, '');
+  const current = opaque(etag);
+  return header.split(',').some((tag) => opaque(tag) === current);
+}
+
+/**
+ * The server's `onSend` hook for conditional reads: a `200` to a GET or
+ * HEAD whose `ETag` the client sent in `If-None-Match` becomes `304 Not
+ * Modified` without a body (RFC 9110 section 13.1.2), keeping the ETag and
+ * the other headers. Writes are not touched: on a keyed write the
+ * precondition is part of the request's fingerprint, and the route decides.
+ *
+ * @param req the request.
+ * @param reply its reply.
+ * @param payload the payload, not written for a 304 (Node.js drops it).
+ * @param done Fastify's callback.
+ */
+export const notModifiedHook: onSendHookHandler = (req, reply, payload, done) => {
+  const condition = req.headers['if-none-match'];
+  const etag = reply.getHeader('etag');
+  if (
+    (req.method === 'GET' || req.method === 'HEAD') &&
+    reply.statusCode === 200 &&
+    typeof condition === 'string' &&
+    typeof etag === 'string' &&
+    noneMatchHolds(condition, etag)
+  ) {
+    // Node.js writes no body for a 304, so the payload stays: Fastify then
+    // sends the Content-Length a 200 would have had, which is what RFC 9110
+    // section 8.6 allows (a null payload breaks Fastify's HEAD routes).
+    reply.code(304);
+    reply.removeHeader('content-type');
+  }
+  done(null, payload);
+};

@@ -4,6 +4,7 @@
  * drops the rest) and a body in a Content-Encoding this server does not
  * decode. Through the real server (createHttpServer) and inject.
  */
+import net from 'node:net';
 import { Duplex } from 'node:stream';
 import type { FastifyRequest } from 'fastify';
 import t, { type Test } from 'tap';
@@ -23,7 +24,10 @@ const authenticator: Authenticator = {
     ),
 };
 
-async function server(t: Test): Promise<{ app: HttpServer; runs: { n: number } }> {
+async function server(
+  t: Test,
+  rateLimitMax = 10_000,
+): Promise<{ app: HttpServer; runs: { n: number } }> {
   const app = await createHttpServer({
     logger: createLogger({ appName: 'svc', level: 'silent' }),
     bodyLimit: 4096,
@@ -32,13 +36,21 @@ async function server(t: Test): Promise<{ app: HttpServer; runs: { n: number } }
     apiVersion: '1',
     authenticator,
     clock: new ManualClock('2026-03-01T12:00:00Z'),
-    rateLimit: { max: 10_000, windowMs: 60_000 },
+    rateLimit: { max: rateLimitMax, windowMs: 60_000 },
     metrics: new InMemoryMetrics(),
   });
   const runs = { n: 0 };
   app.post('/api/v1/echo', { config: { idempotent: false } }, (req) => {
     runs.n++;
     return Promise.resolve({ got: req.body });
+  });
+  app.get('/api/v1/things/:id', (_req, reply) => {
+    runs.n++;
+    return reply.header('etag', '"3"').send({ id: 'thing', version: 3 });
+  });
+  app.delete('/api/v1/things/:id', { config: { idempotent: false } }, () => {
+    runs.n++;
+    return Promise.resolve({ deleted: true });
   });
   await app.ready();
   t.teardown(() => app.close());
@@ -190,4 +202,160 @@ void t.test('a parser refusal behind a request still being answered writes nothi
   clientErrorHandler(timeout(), own.socket);
   t.match(own.out.written, /^HTTP\/1\.1 408 /);
   t.end();
+});
+
+void t.test('anonymous callers are rate limited by address, whatever they send', async (t) => {
+  const { app, runs } = await server(t, 3);
+  const bogus = { authorization: 'Bearer mallory' };
+  for (const [name, method, url, headers] of [
+    ['a bad token', 'POST', '/api/v1/echo', bogus],
+    ['no token', 'POST', '/api/v1/echo', {}],
+    ['Basic auth', 'POST', '/api/v1/echo', { authorization: 'Basic YTpi' }],
+    ['an unknown path', 'GET', '/nothing/here', {}],
+    ['the API document', 'GET', '/docs/json', {}],
+  ] as const) {
+    // Each case from an address of its own (inject's remoteAddress).
+    const remoteAddress = `10.0.0.${String(name.length)}`;
+    const answers = [];
+    for (let i = 0; i < 5; i++) {
+      answers.push(await app.inject({ method, url, headers, remoteAddress }));
+    }
+    const first = answers[0];
+    t.ok(first !== undefined && first.statusCode !== 429, `${name}: the first is answered`);
+    t.equal(first?.headers['ratelimit-limit'], '3', `${name}: RateLimit headers`);
+    const last = answers[4];
+    t.equal(last?.statusCode, 429, `${name}: the fifth is 429`);
+    t.match(last?.json(), { code: 'rate_limited' }, `${name}: a problem`);
+    t.ok(Number(last?.headers['retry-after']) >= 1, `${name}: Retry-After`);
+  }
+  t.equal(runs.n, 0, 'no handler ran');
+  // A principal on an exhausted address has its own counter.
+  const alices = await app.inject({
+    method: 'POST',
+    url: '/api/v1/echo',
+    headers: { 'content-type': 'application/json', authorization: 'Bearer alice' },
+    payload: '{}',
+    remoteAddress: '10.0.0.7',
+  });
+  t.equal(alices.statusCode, 200, "a principal's counter is not the address's");
+  // Probes stay exempt: a load balancer polls from one address.
+  for (let i = 0; i < 5; i++) {
+    const probe = await app.inject({ method: 'GET', url: '/healthz', remoteAddress: '10.0.0.7' });
+    t.equal(probe.statusCode, 200, `probe ${String(i)}`);
+  }
+});
+
+void t.test('a known path with another method is 405 with Allow', async (t) => {
+  const { app, runs } = await server(t);
+  for (const [method, url, allow] of [
+    ['PUT', '/api/v1/echo', 'POST'],
+    ['GET', '/api/v1/echo', 'POST'],
+    ['POST', '/api/v1/things/abc', 'DELETE, GET, HEAD'],
+    ['PATCH', '/api/v1/things/abc', 'DELETE, GET, HEAD'],
+  ] as const) {
+    const res = await app.inject({ method, url, headers: { authorization: 'Bearer alice' } });
+    t.equal(res.statusCode, 405, `${method} ${url}`);
+    t.equal(res.headers['allow'], allow, `${method} ${url}: Allow`);
+    t.match(res.json(), { code: 'method_not_allowed', status: 405 });
+    t.ok(res.headers['correlation-id'], 'with a correlation id');
+  }
+  const anonymous = await app.inject({ method: 'PUT', url: '/api/v1/echo' });
+  t.equal(anonymous.statusCode, 405, 'as for an unknown path, no token is needed to learn it');
+  const unknown = await app.inject({ method: 'PUT', url: '/api/v1/nothing' });
+  t.equal(unknown.statusCode, 404, 'an unknown path stays 404');
+  t.equal(unknown.headers['allow'], undefined);
+  t.equal(runs.n, 0);
+});
+
+void t.test('If-None-Match with the current ETag is 304 on a read', async (t) => {
+  const { app } = await server(t);
+  const get = (inm: string | undefined, method: 'GET' | 'HEAD' = 'GET') =>
+    app.inject({
+      method,
+      url: '/api/v1/things/abc',
+      headers: {
+        authorization: 'Bearer alice',
+        ...(inm === undefined ? {} : { 'if-none-match': inm }),
+      },
+    });
+  for (const inm of ['"3"', 'W/"3"', '"1", "3"', '*', ' "3" ']) {
+    const res = await get(inm);
+    t.equal(res.statusCode, 304, `If-None-Match: ${inm}`);
+    t.equal(res.body, '', 'no body');
+    t.equal(res.headers['etag'], '"3"', 'the ETag is repeated');
+    t.equal(res.headers['cache-control'], 'no-store');
+    t.equal(
+      res.headers['content-length'],
+      String(Buffer.byteLength(JSON.stringify({ id: 'thing', version: 3 }))),
+      "a Content-Length only as the 200's (RFC 9110 section 8.6)",
+    );
+    t.equal(res.headers['content-type'], undefined, 'no Content-Type');
+  }
+  t.equal((await get('"3"', 'HEAD')).statusCode, 304, 'HEAD too');
+  for (const inm of ['"4"', 'W/"4"', '"33"', '3']) {
+    const res = await get(inm);
+    t.equal(res.statusCode, 200, `If-None-Match: ${inm} does not match`);
+    t.same(res.json(), { id: 'thing', version: 3 });
+  }
+  t.equal((await get(undefined)).statusCode, 200, 'no condition');
+});
+
+/** Sends raw bytes on a fresh connection and collects the answer until the server closes. */
+async function raw(port: number, bytes: string): Promise<string> {
+  const socket = net.connect(port, '127.0.0.1');
+  let answer = '';
+  socket.on('data', (d: Buffer) => (answer += d.toString('latin1')));
+  socket.on('error', () => undefined);
+  socket.write(bytes);
+  await new Promise((resolve) => socket.on('close', resolve));
+  return answer;
+}
+
+void t.test('framing a front proxy may read otherwise is refused with a problem', async (t) => {
+  const { app, runs } = await server(t);
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const port = (app.server.address() as net.AddressInfo).port;
+  const post = (head: string, body = '{}') =>
+    `POST /api/v1/echo HTTP/1.1\r\n${head}Content-Type: application/json\r\n` +
+    `Authorization: Bearer alice\r\nConnection: close\r\n\r\n${body}`;
+  for (const [name, bytes, pointer, code] of [
+    ['no Host', post('Content-Length: 2\r\n'), '#header/Host', 'required'],
+    [
+      'two Host headers',
+      post('Host: a\r\nHost: b\r\nContent-Length: 2\r\n'),
+      '#header/Host',
+      'duplicate',
+    ],
+    [
+      'a transfer coding besides chunked',
+      post('Host: x\r\nTransfer-Encoding: gzip, chunked\r\n', '2\r\n{}\r\n0\r\n\r\n'),
+      '#header/Transfer-Encoding',
+      'unsupported',
+    ],
+    [
+      'HTTP/2.0 in the request line',
+      post('Host: x\r\nContent-Length: 2\r\n').replace('HTTP/1.1', 'HTTP/2.0'),
+      '#',
+      'malformed_request',
+    ],
+    ['CONNECT', 'CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\n\r\n', '#method', 'unsupported'],
+  ] as const) {
+    const answer = await raw(port, bytes);
+    t.match(answer, /^HTTP\/1\.1 400 /, `${name}: 400`);
+    t.match(answer, /\r\ncorrelation-id: [0-9a-f-]{36}\r\n/i, `${name}: a correlation id`);
+    const body = answer.slice(answer.indexOf('\r\n\r\n') + 4);
+    t.match(
+      JSON.parse(body),
+      { code: 'validation_failed', errors: [{ pointer, code }] },
+      `${name}: the problem names ${pointer}`,
+    );
+  }
+  t.equal(runs.n, 0, 'no handler ran');
+  const fine = await raw(port, post('Host: x\r\nContent-Length: 2\r\n'));
+  t.match(fine, /^HTTP\/1\.1 200 /, 'a plain request is served');
+  const chunked = await raw(
+    port,
+    post('Host: x\r\nTransfer-Encoding: chunked\r\n', '2\r\n{}\r\n0\r\n\r\n'),
+  );
+  t.match(chunked, /^HTTP\/1\.1 200 /, 'chunked alone is served');
 });

@@ -11,6 +11,93 @@ import { newId } from '../../kernel/ids/index.js';
 import { problem, toProblemBody, type AppError } from '../../kernel/errs/index.js';
 import { PROBLEM_CONTENT_TYPE } from './idempotency/index.js';
 
+/**
+ * How many times a header appears in Node.js's flat raw header list.
+ *
+ * @param rawHeaders [name, value, name, value, ...].
+ * @param name the header name, lower case.
+ * @returns the count.
+ */
+export function countHeader(rawHeaders: readonly string[], name: string): number {
+  let n = 0;
+  for (let i = 0; i < rawHeaders.length; i += 2) if (rawHeaders[i]?.toLowerCase() === name) n++;
+  return n;
+}
+
+function framingProblem(detail: string, pointer: string, code: string): AppError {
+  return problem('validation_failed', detail, { errors: [{ pointer, code }] });
+}
+
+/**
+ * What this server refuses in a request's framing, before anything reads
+ * it, because a proxy in front may read it otherwise (request smuggling,
+ * routing by another Host): a version other than HTTP/1.x (Node.js's
+ * parser takes `HTTP/2.0` as a request line), an HTTP/1.1 request without
+ * `Host` or with two (Node.js keeps the first), and a `Transfer-Encoding`
+ * other than `chunked` alone (Node.js reads `gzip, chunked` as plain
+ * chunked bytes).
+ *
+ * @param req the raw request.
+ * @returns the problem to answer, or undefined when the framing is plain.
+ */
+export function framingRefusal(req: IncomingMessage): AppError | undefined {
+  if (req.httpVersionMajor !== 1) {
+    return framingProblem('The request is not well-formed HTTP/1.1.', '#', 'malformed_request');
+  }
+  const hosts = countHeader(req.rawHeaders, 'host');
+  if (hosts === 0 && req.httpVersionMinor >= 1) {
+    return framingProblem('An HTTP/1.1 request needs a Host header.', '#header/Host', 'required');
+  }
+  if (hosts > 1) {
+    return framingProblem('Send one Host header, not several.', '#header/Host', 'duplicate');
+  }
+  const coding = req.headers['transfer-encoding'];
+  if (coding !== undefined && coding.trim().toLowerCase() !== 'chunked') {
+    return framingProblem(
+      'The only transfer coding this server reads is chunked, alone.',
+      '#header/Transfer-Encoding',
+      'unsupported',
+    );
+  }
+  return undefined;
+}
+
+/**
+ * Answers a `CONNECT` request (Node.js's `connect` event) with a `400
+ * validation_failed` problem naming the method, and closes the connection:
+ * this server opens no tunnels.
+ *
+ * @param _req the request.
+ * @param socket the client's connection.
+ */
+export function connectRefusal(_req: IncomingMessage, socket: Duplex): void {
+  const appError = framingProblem(
+    'This server is no proxy: it opens no tunnels.',
+    '#method',
+    'unsupported',
+  );
+  writeRawProblem(socket, appError);
+}
+
+/** The methods {@link allowedMethods} asks the router about. */
+const METHODS = ['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT'] as const;
+
+/**
+ * The methods the router answers for a URL, for the `Allow` header of a
+ * `405 method_not_allowed`: empty when no route has the path (a 404).
+ *
+ * @param router the Fastify instance (its `findRoute`).
+ * @param url the request URL as received (a query is ignored).
+ * @returns the methods, in alphabetical order.
+ */
+export function allowedMethods(
+  router: { findRoute(options: { method: string; url: string }): unknown },
+  url: string,
+): string[] {
+  const path = url.split('?', 1)[0] ?? '';
+  return METHODS.filter((method) => router.findRoute({ method, url: path }) !== null);
+}
+
 /** A problem answered before routing: its body and a fresh correlation id. */
 function rawProblem(appError: AppError): { id: string; body: string } {
   const id = newId();
@@ -66,15 +153,25 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): 
     socket.destroy();
     return;
   }
-  const appError = parserRefusal(err.code);
+  writeRawProblem(socket, parserRefusal(err.code));
+}
+
+/**
+ * Writes a problem straight to a socket, with a fresh correlation id, and
+ * closes the connection: ended, then destroyed once the answer is flushed,
+ * even if the client keeps its side open (the server allows half-open
+ * connections). Ending only our side would leave a file descriptor held,
+ * and close() (the graceful shutdown) waiting on it.
+ *
+ * @param socket the client's connection.
+ * @param appError the problem.
+ */
+function writeRawProblem(socket: Duplex, appError: AppError): void {
   const { id, body } = rawProblem(appError);
   socket.end(
     `HTTP/1.1 ${String(appError.status)} ${STATUS_CODES[appError.status] ?? ''}\r\n` +
       `content-type: ${PROBLEM_CONTENT_TYPE}\r\ncontent-length: ${String(Buffer.byteLength(body))}\r\n` +
       `correlation-id: ${id}\r\nconnection: close\r\n\r\n${body}`,
-    // Ending only our side would leave the connection open for as long as
-    // the client keeps its side open: a file descriptor held, and close()
-    // (the graceful shutdown) waiting on it. Fastify's default destroys it.
     () => {
       socket.destroy();
     },

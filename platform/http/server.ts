@@ -29,9 +29,16 @@ import {
   PROBLEM_CONTENT_TYPE,
   sendProblem as writeProblem,
 } from './idempotency/index.js';
-import { noStoreHook } from './caching.js';
+import { noStoreHook, notModifiedHook } from './caching.js';
 import { registerIdempotency, type IdempotencyStage } from './idempotency-stage.js';
-import { clientErrorHandler, clientWentAway, unmetExpectationHandler } from './refusals.js';
+import {
+  allowedMethods,
+  clientErrorHandler,
+  clientWentAway,
+  connectRefusal,
+  framingRefusal,
+  unmetExpectationHandler,
+} from './refusals.js';
 import { jsonBodyParser } from './body.js';
 import { toAppError } from './problems.js';
 import { writeRoutePolicy } from './route-policy.js';
@@ -159,6 +166,9 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     return503OnClosing: true,
     forceCloseConnections: 'idle',
     clientErrorHandler,
+    // Node.js answers a request without Host with an empty 400 of its own;
+    // framingRefusal answers it as a problem.
+    http: { requireHostHeader: false },
     // What the router refuses before routing (a bad percent escape, a path
     // parameter over 100 characters) is a problem like any other refusal.
     frameworkErrors: (error, req, reply) => {
@@ -179,6 +189,9 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   app.server.maxHeadersCount = 0;
   // An Expect other than 100-continue: a problem, not Node.js's empty 417.
   app.server.on('checkExpectation', unmetExpectationHandler);
+  // CONNECT asks for a tunnel: this server is no proxy. Without a listener
+  // Node.js closes the socket without a word.
+  app.server.on('connect', connectRefusal);
 
   // An application rule, not the plugin's: every write route states
   // whether it is keyed, and every keyed route is guarded by the plugin.
@@ -193,6 +206,15 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   // Stage 1, correlation: echo the id and open the request context.
   app.addHook('onRequest', (req, reply, done) => {
     reply.header('correlation-id', req.id);
+    // Framing a front proxy may read otherwise is refused before anything
+    // else runs, and the connection closed: what follows on it is
+    // ambiguous.
+    const framing = framingRefusal(req.raw);
+    if (framing !== undefined) {
+      reply.header('connection', 'close');
+      done(framing);
+      return;
+    }
     // Callback style: everything after this hook runs inside the context.
     runWithContext(newRequestContext(req.id), done);
   });
@@ -203,10 +225,44 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   // what is true now. The API document and its UI keep @fastify/static's
   // validators (docs/DECISIONS.md).
   app.addHook('onSend', noStoreHook);
+  // A read whose ETag the client already holds: 304, no body.
+  app.addHook('onSend', notModifiedHook);
 
-  // Stage 3, authentication: app-level, so it runs before every route-level
-  // onRequest hook, the rate limit's included.
-  app.addHook('onRequest', authenticationHook(options.authenticator, options.clock));
+  // Stage 4's limiter, registered before the hook that runs it: the plugin
+  // adds no hooks of its own (global: false), so one app-level hook decides
+  // for every request, unmatched paths and refused tokens included.
+  await app.register(rateLimit, {
+    global: false,
+    max: options.rateLimit.max,
+    timeWindow: options.rateLimit.windowMs,
+    enableDraftSpec: true,
+    keyGenerator: (req) => {
+      const actor = currentContext()?.actor;
+      return actor?.kind === 'principal' ? `principal:${actor.principalId}` : `address:${req.ip}`;
+    },
+    errorResponseBuilder: (_req, context) =>
+      problem('rate_limited', 'Too many requests; slow down.', {
+        retryAfterSeconds: Math.max(1, Math.ceil(context.ttl / 1000)),
+        hint: 'Wait for the time in Retry-After, then repeat the request (with the same Idempotency-Key, if any).',
+      }),
+  });
+  const limit = app.rateLimit();
+
+  // Stages 3 and 4, authentication then rate limit, in one app-level hook,
+  // so they run before every route-level onRequest hook. A refused token is
+  // counted before it is answered: a caller without a valid token is
+  // limited by its address (token guessing, anonymous floods, unknown
+  // paths), a principal by its id. Only the probes (config.rateLimit
+  // false) are exempt: a load balancer polls from one address.
+  const authenticate = authenticationHook(options.authenticator, options.clock);
+  app.addHook('onRequest', async (req, reply) => {
+    const refusal = await authenticate(req).then(
+      () => undefined,
+      (err: unknown) => (err instanceof Error ? err : new Error(String(err))),
+    );
+    if (req.routeOptions.config.rateLimit !== false) await limit.call(app, req, reply);
+    if (refusal !== undefined) throw refusal;
+  });
 
   // The API document's UI is public.
   app.addHook('onRoute', (route) => {
@@ -247,24 +303,6 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   });
   await app.register(swaggerUi, { routePrefix: DOCS_PREFIX });
 
-  // Stage 4, rate limit: route-level onRequest hooks added to every route
-  // declared after this registration.
-  await app.register(rateLimit, {
-    global: true,
-    max: options.rateLimit.max,
-    timeWindow: options.rateLimit.windowMs,
-    enableDraftSpec: true,
-    keyGenerator: (req) => {
-      const actor = currentContext()?.actor;
-      return actor?.kind === 'principal' ? `principal:${actor.principalId}` : `address:${req.ip}`;
-    },
-    errorResponseBuilder: (_req, context) =>
-      problem('rate_limited', 'Too many requests; slow down.', {
-        retryAfterSeconds: Math.max(1, Math.ceil(context.ttl / 1000)),
-        hint: 'Wait for the time in Retry-After, then repeat the request (with the same Idempotency-Key, if any).',
-      }),
-  });
-
   // Stage 5, idempotency: per keyed route, before validation and around the handler.
   if (options.idempotency !== undefined) {
     await registerIdempotency(app, options.idempotency, options);
@@ -294,13 +332,23 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     return sendProblem(reply, appError, req.id);
   });
 
-  app.setNotFoundHandler((req, reply) =>
-    sendProblem(
+  app.setNotFoundHandler((req, reply) => {
+    const allow = allowedMethods(app, req.url);
+    if (allow.length > 0) {
+      return sendProblem(
+        reply,
+        problem('method_not_allowed', `This path answers ${allow.join(', ')}, not ${req.method}.`, {
+          headers: { allow: allow.join(', ') },
+        }),
+        req.id,
+      );
+    }
+    return sendProblem(
       reply,
       toAppError(Object.assign(new Error('not found'), { statusCode: 404 })),
       req.id,
-    ),
-  );
+    );
+  });
 
   app.get('/healthz', { config: { auth: 'none', rateLimit: false }, schema: { hide: true } }, () =>
     Promise.resolve({ status: 'ok' }),
@@ -327,7 +375,7 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   if (metricsRoute !== undefined) {
     app.get(
       metricsRoute.path,
-      { config: { auth: 'none', rateLimit: false }, schema: { hide: true } },
+      { config: { auth: 'none' }, schema: { hide: true } },
       async (_req, reply) => {
         const { contentType, body } = await metricsRoute.exposition();
         return reply.header('cache-control', 'no-store').type(contentType).send(body);

@@ -382,7 +382,11 @@ async function judgeApp(
   count(target, `app ${String(s)}${p ? ` ${p.code}` : ''}`);
 
   if (!e.routeMatched) {
-    if (![400, 404, 413, 415].includes(s)) fail('an unknown path answered other than 404', show(a));
+    // 405 where the path is another method's route (a trailing slash reads
+    // as an empty path parameter of the GET route).
+    const notAllowed = s === 405 && p?.code === 'method_not_allowed';
+    if (![400, 404, 413, 415].includes(s) && !notAllowed)
+      fail('an unknown path answered other than 404 or 405', show(a));
     noRow('an unknown path');
     return;
   }
@@ -663,12 +667,26 @@ async function judgeCase(target: Target, m: ReturnType<typeof materialize>): Pro
 
 /**
  * What the application may answer from the head alone before it reads a
- * body that never fully arrives: 404 or 415 for an unknown path, 401 for a
+ * body that never fully arrives: 400 for a transfer coding besides chunked,
+ * 404, 405 or 415 for an unknown path, 401 for a
  * caller it refuses, 415 for a content type it does not parse.
  */
 function earlyRefusal(e: Expectation, a: RawAnswer, p: Problem | undefined): boolean {
   if (p === undefined) return false;
-  const notFound = a.status === 404 && p.code === 'not_found';
+  // A transfer coding besides chunked is refused from the head, before the
+  // route, the caller or the body count (hostile-client review, finding 7).
+  if (e.why.includes('framing otherEncoding')) {
+    const [only, ...more] = p.errors ?? [];
+    return (
+      a.status === 400 &&
+      more.length === 0 &&
+      only?.pointer === '#header/Transfer-Encoding' &&
+      only.code === 'unsupported'
+    );
+  }
+  const notFound =
+    (a.status === 404 && p.code === 'not_found') ||
+    (a.status === 405 && p.code === 'method_not_allowed');
   const unsupported =
     a.status === 415 && p.code === 'unsupported_media_type' && e.contentType !== 'json';
   if (!e.routeMatched) return notFound || unsupported;

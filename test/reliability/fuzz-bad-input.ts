@@ -325,7 +325,11 @@ export type FramingCase =
   | { readonly kind: 'badLength'; readonly value: string }
   | { readonly kind: 'lengthAndChunked' }
   | { readonly kind: 'badChunk' }
-  /** `Transfer-Encoding: gzip`: the parser dispatches the head, then refuses the body. */
+  /**
+   * `Transfer-Encoding: gzip`: the parser dispatches the head, then would
+   * refuse the body; the server refuses the head first (400, pointer
+   * `#header/Transfer-Encoding`).
+   */
   | { readonly kind: 'otherEncoding' };
 
 /** Framings the HTTP parser refuses only once it reads the body. */
