@@ -6,7 +6,8 @@
  *   plugin (platform/http/idempotency) only kernel and npm packages;
  * - a module imports kernel, platform, npm packages and itself, never another
  *   module, apps or test;
- * - only apps and test import a module, and only through its index.ts.
+ * - only apps and test import a module, and only through its index.ts;
+ * - the API client (apps/client) imports nothing of the server.
  */
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
@@ -35,6 +36,14 @@ module.exports = {
         path: '^(platform|modules|apps|test|scripts)/',
         pathNot: ['^platform/http/idempotency/'],
       },
+    },
+    {
+      name: 'client-is-standalone',
+      comment:
+        'the API client (apps/client) imports only node built-ins, npm packages and itself: its types come from the generated API document, so it never reaches into the server',
+      severity: 'error',
+      from: { path: '^apps/client/', pathNot: ['\\.test\\.ts$'] },
+      to: { path: '^(apps|kernel|platform|modules|test|scripts)/', pathNot: ['^apps/client/'] },
     },
     {
       name: 'modules-are-isolated',

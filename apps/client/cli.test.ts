@@ -1,0 +1,407 @@
+/**
+ * The command line: flags and environment read into settings, each bad one
+ * refused in one line naming it (exit 2); and the commands run in this
+ * process against the whole application on a real PostgreSQL (listening on
+ * 127.0.0.1), with their human and JSON output and their exit codes. The
+ * entry point itself runs as a child process once for its exit status and
+ * its quiet standard error.
+ */
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+import t, { type Test } from 'tap';
+import { startTestApp } from '../../test/harness/app.js';
+import { EXIT, parseCommandLine, runCli, UsageError } from './cli.js';
+import { Outbox } from './outbox.js';
+
+const root = path.resolve(import.meta.dirname, '../..');
+
+async function tempDir(t: Test): Promise<string> {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'client-cli-'));
+  t.teardown(() => fs.rm(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+const ID_A = '0190f2a4-1b2c-7d3e-8f40-123456789abc';
+const ID_B = '0190f2a4-1b2c-7d3e-8f40-123456789abd';
+
+void t.test('flags and environment become settings; flags win', (t) => {
+  const env = {
+    CLIENT_OUTBOX: '/tmp/env.sqlite',
+    CLIENT_BASE_URL: 'http://127.0.0.1:9',
+    CLIENT_TOKEN: 'env-token',
+    CLIENT_KEY_TTL: '12h',
+    CLIENT_TIMEOUT: '5s',
+  };
+  const c = parseCommandLine(
+    ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '2500', '--token', 'flag-token'],
+    env,
+  );
+  t.match(c, {
+    kind: 'transfer',
+    from: ID_A,
+    to: ID_B,
+    amount: 2500,
+    independent: false,
+    settings: {
+      outbox: '/tmp/env.sqlite',
+      baseUrl: 'http://127.0.0.1:9',
+      token: 'flag-token',
+      keyTtlMs: 12 * 3_600_000,
+      ttlMarginMs: 3_600_000,
+      timeoutMs: 5_000,
+      waitMs: 30_000,
+      retryBaseMs: 200,
+      retryCapMs: 30_000,
+      concurrency: 4,
+      json: false,
+    },
+  });
+  t.match(parseCommandLine(['accounts', 'create', '--name', ' Checking ', '--json'], env), {
+    kind: 'accounts-create',
+    name: ' Checking ',
+    openingBalance: 0,
+    settings: { json: true },
+  });
+  t.match(parseCommandLine(['outbox', 'list', '--state', 'failed', '--outbox', 'x.sqlite'], {}), {
+    kind: 'outbox-list',
+    state: 'failed',
+    settings: { outbox: 'x.sqlite' },
+  });
+  t.match(parseCommandLine(['outbox', 'drain', '--wait', '0', '--concurrency', '1'], env), {
+    kind: 'outbox-drain',
+    settings: { waitMs: 0, concurrency: 1 },
+  });
+  t.same(parseCommandLine(['--help'], {}), { kind: 'help' });
+  t.same(parseCommandLine([], {}), { kind: 'help' });
+  t.end();
+});
+
+void t.test('each bad flag or variable is refused in one line naming it', (t) => {
+  const env = { CLIENT_OUTBOX: 'o.sqlite', CLIENT_BASE_URL: 'http://h', CLIENT_TOKEN: 'x' };
+  const transfer = ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '1'];
+  const cases: [string[], Record<string, string>, RegExp][] = [
+    [
+      ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '0'],
+      env,
+      /^--amount must be an integer from 1/,
+    ],
+    [['transfer', '--from', ID_A, '--to', ID_B, '--amount', '1.5'], env, /^--amount/],
+    [['transfer', '--from', ID_A, '--to', ID_B, '--amount', '99999999999999999'], env, /^--amount/],
+    [['transfer', '--from', 'nope', '--to', ID_B, '--amount', '1'], env, /^--from must be a UUID/],
+    [['transfer', '--to', ID_B, '--amount', '1'], env, /^--from is required/],
+    [['transfer', '--from', ID_A, '--amount', '1'], env, /^--to is required/],
+    [['transfer', '--from', ID_A, '--to', ID_B], env, /^--amount is required/],
+    [
+      [...transfer, '--key', '0190f2a4-1b2c-4d3e-8f40-123456789abc'],
+      env,
+      /^--key must be a UUIDv7/,
+    ],
+    [[...transfer, '--frm', 'x'], env, /^unknown flag --frm/],
+    [[...transfer, '--amount'], env, /^--amount needs a value/],
+    [[...transfer, 'extra'], env, /^unexpected argument "extra"/],
+    [[...transfer, '--state', 'done'], env, /^--state does not belong to "transfer"/],
+    [transfer, { ...env, CLIENT_OUTBOX: '' }, /^--outbox or CLIENT_OUTBOX is required/],
+    [transfer, { ...env, CLIENT_TOKEN: '' }, /^--token or CLIENT_TOKEN is required/],
+    [
+      transfer,
+      { ...env, CLIENT_BASE_URL: 'ftp://h' },
+      /^CLIENT_BASE_URL must be an http or https origin/,
+    ],
+    [
+      [...transfer, '--base-url', 'http://h/api'],
+      env,
+      /^--base-url must be an http or https origin/,
+    ],
+    [transfer, { ...env, CLIENT_KEY_TTL: '24 hours' }, /^CLIENT_KEY_TTL must be a duration/],
+    [[...transfer, '--key-ttl', '0s'], env, /^--key-ttl must be a duration of at least 1ms/],
+    [
+      [...transfer, '--ttl-margin', '24h'],
+      env,
+      /^--ttl-margin \(24h\) must be less than --key-ttl/,
+    ],
+    [
+      [...transfer, '--ttl-margin', '1s', '--timeout', '1s'],
+      env,
+      /^--timeout \(1s\) must be less than --ttl-margin/,
+    ],
+    [transfer, { ...env, CLIENT_WAIT: '-1s' }, /^CLIENT_WAIT must be a duration/],
+    [
+      transfer,
+      { ...env, CLIENT_CONCURRENCY: '0' },
+      /^CLIENT_CONCURRENCY must be an integer from 1 to 64/,
+    ],
+    [
+      [...transfer, '--retry-base', '10s', '--retry-cap', '1s'],
+      env,
+      /^--retry-base \(10s\) must not exceed --retry-cap/,
+    ],
+    [['accounts', 'create'], env, /^--name is required/],
+    [
+      ['accounts', 'create', '--name', '   '],
+      env,
+      /^--name must be 1 to 100 characters, not blank/,
+    ],
+    [
+      ['accounts', 'create', '--name', 'x', '--opening-balance=-1'],
+      env,
+      /^--opening-balance must be an integer from 0/,
+    ],
+    [['accounts', 'delete'], env, /^unknown command "accounts delete"/],
+    [['outbox', 'list', '--state', 'lost'], env, /^--state must be one of pending, done, failed/],
+    [['outbox'], env, /^unknown command "outbox"/],
+    [['send'], env, /^unknown command "send"/],
+  ];
+  for (const [argv, e, message] of cases) {
+    t.throws(() => parseCommandLine(argv, e), { name: 'UsageError', message }, argv.join(' '));
+    try {
+      parseCommandLine(argv, e);
+    } catch (err) {
+      t.notOk((err as Error).message.includes('\n'), 'one line');
+    }
+  }
+  t.ok(new UsageError('x') instanceof Error);
+  t.end();
+});
+
+/** Captures what a command writes. */
+function io() {
+  let out = '';
+  let err = '';
+  return {
+    stdout: { write: (s: string) => ((out += s), true) },
+    stderr: { write: (s: string) => ((err += s), true) },
+    out: () => out,
+    err: () => err,
+  };
+}
+
+/** A port nothing listens on. */
+async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+void t.test('the commands against the real server, in this process', async (t) => {
+  const k = await startTestApp(t);
+  const address = await k.app.http.listen({ host: '127.0.0.1', port: 0 });
+  const dir = await tempDir(t);
+  const env = {
+    CLIENT_OUTBOX: path.join(dir, 'outbox.sqlite'),
+    CLIENT_BASE_URL: address,
+    CLIENT_TOKEN: k.alice.token,
+  };
+  const run = async (argv: string[], e: Record<string, string> = env) => {
+    const o = io();
+    const code = await runCli(argv, e, o);
+    return { code, out: o.out(), err: o.err() };
+  };
+
+  const a = await run(['accounts', 'create', '--name', 'Checking', '--opening-balance', '10000']);
+  t.equal(a.code, EXIT.ok, a.err);
+  t.match(a.out, /^account [0-9a-f-]{36} "Checking" opened with balance 10000\n$/);
+  const b = await run(['accounts', 'create', '--name', 'Savings', '--json']);
+  t.equal(b.code, EXIT.ok);
+  const bJson = JSON.parse(b.out) as { intent: { answer: { body: { id: string } } } };
+  const idA = /account ([0-9a-f-]{36})/.exec(a.out)?.[1] ?? '';
+  const idB = bJson.intent.answer.body.id;
+
+  const tr = await run(['transfer', '--from', idA, '--to', idB, '--amount', '2500', '--json']);
+  t.equal(tr.code, EXIT.ok, tr.err);
+  const doc = JSON.parse(tr.out) as Record<string, unknown>;
+  t.match(doc, {
+    command: 'transfer',
+    exit_code: 0,
+    stopped_by: 'target',
+    pending: 0,
+    intent: {
+      operation: 'createTransfer',
+      method: 'POST',
+      path: '/api/v1/transfers',
+      request: { from_account_id: idA, to_account_id: idB, amount: 2500 },
+      lanes: [`account:${idA}`, `account:${idB}`],
+      state: 'done',
+      failure: null,
+      attempts: 1,
+      answer: {
+        status: 201,
+        replayed: false,
+        headers: { location: /^\/api\/v1\/transfers\// },
+        body: { amount: 2500, from_account_id: idA, to_account_id: idB },
+      },
+    },
+  });
+  t.match(tr.err, /^\{"event":"principal"/m, 'progress events are JSON lines on standard error');
+
+  const poor = await run(['transfer', '--from', idB, '--to', idA, '--amount', '999999']);
+  t.equal(poor.code, EXIT.rejected, 'a final error answer exits 1');
+  t.match(poor.out, /^transfer [0-9a-f-]{36}: refused: 409 conflict \(insufficient_funds\)/);
+
+  const list = await run(['outbox', 'list']);
+  t.equal(list.code, EXIT.ok);
+  t.match(list.out, /done\s+createAccount/);
+  t.match(list.out, /done\s+createTransfer .*201/);
+  t.match(list.out, /done\s+createTransfer .*409 conflict/);
+  const listed = await run(['outbox', 'list', '--json', '--state', 'done']);
+  const l = JSON.parse(listed.out) as { intents: unknown[]; principal_id: string };
+  t.equal(l.intents.length, 4);
+  t.equal(l.principal_id, k.alice.id, 'bound to the token principal');
+
+  t.match(await run(['outbox', 'drain']), { code: EXIT.ok, out: /nothing pending/ });
+
+  // Bob's token on Alice's outbox: refused before anything is sent.
+  const pending = await run(
+    ['transfer', '--from', idA, '--to', idB, '--amount', '1', '--wait', '0'],
+    { ...env, CLIENT_BASE_URL: `http://127.0.0.1:${String(await closedPort())}` },
+  );
+  t.equal(pending.code, EXIT.pending, 'server unreachable: the intent stays pending, exit 75');
+  t.match(pending.out, /still pending/);
+  t.match(pending.err, /ECONNREFUSED/);
+  const bob = await run(['outbox', 'drain'], { ...env, CLIENT_TOKEN: k.bob.token });
+  t.equal(bob.code, EXIT.outbox);
+  t.match(bob.err, /^client: outbox .* belongs to principal .*; the token is principal/);
+  t.match(await run(['outbox', 'drain'], { ...env, CLIENT_TOKEN: 'wrong' }), {
+    code: EXIT.unauthenticated,
+    err: /401/,
+  });
+  const drained = await run(['outbox', 'drain', '--json']);
+  t.equal(drained.code, EXIT.ok);
+  t.match(JSON.parse(drained.out), {
+    command: 'outbox drain',
+    pending: 0,
+    settled: [{ state: 'done' }],
+  });
+
+  // The same key for another request: refused locally, nothing sent.
+  const key = '0190f2a4-1b2c-7d3e-8f40-000000000001';
+  t.equal(
+    (await run(['transfer', '--from', idA, '--to', idB, '--amount', '3', '--key', key])).code,
+    EXIT.ok,
+  );
+  const again = await run(['transfer', '--from', idA, '--to', idB, '--amount', '3', '--key', key]);
+  t.equal(again.code, EXIT.ok, 'the same intent again answers from the outbox');
+  t.match(again.out, /from the outbox/);
+  const other = await run(['transfer', '--from', idA, '--to', idB, '--amount', '4', '--key', key]);
+  t.equal(other.code, EXIT.failed);
+  t.match(other.err, /^client: key .* is in outbox .* already, for another request/);
+
+  // A second process of the client on the same file is refused.
+  const held = Outbox.open(env.CLIENT_OUTBOX);
+  const locked = await run(['outbox', 'list']);
+  held.close();
+  t.equal(locked.code, EXIT.outbox);
+  t.match(locked.err, /^client: outbox .* is in use by another process/);
+});
+
+void t.test(
+  'expired keys are reported, not sent; corrupt and unreadable files exit 4',
+  async (t) => {
+    const k = await startTestApp(t);
+    const address = await k.app.http.listen({ host: '127.0.0.1', port: 0 });
+    const dir = await tempDir(t);
+    const file = path.join(dir, 'outbox.sqlite');
+    const short = ['--key-ttl', '1500ms', '--ttl-margin', '1s', '--timeout', '500ms'];
+    const env = { CLIENT_OUTBOX: file, CLIENT_TOKEN: k.alice.token };
+    const run = async (argv: string[], e: Record<string, string>) => {
+      const o = io();
+      return { code: await runCli(argv, e, o), out: o.out(), err: o.err() };
+    };
+    const down = `http://127.0.0.1:${String(await closedPort())}`;
+    const queued = await run(['accounts', 'create', '--name', 'Late', '--wait', '0', ...short], {
+      ...env,
+      CLIENT_BASE_URL: down,
+    });
+    t.equal(queued.code, EXIT.pending);
+    await new Promise((r) => setTimeout(r, 600));
+    const late = await run(['outbox', 'drain', ...short, '--json'], {
+      ...env,
+      CLIENT_BASE_URL: address,
+    });
+    t.equal(late.code, EXIT.failed, late.err);
+    t.match(JSON.parse(late.out), {
+      settled: [{ state: 'failed', failure: 'expired', answer: null }],
+    });
+    t.match(late.err, /"event":"expired"/);
+    const human = await run(['outbox', 'list'], env);
+    t.match(human.out, /failed\s+createAccount .*expired/);
+    t.same(
+      await k.tdb.owner`select id from ledger_accounts`,
+      [],
+      'the expired intent was never sent',
+    );
+
+    const db = new DatabaseSync(file);
+    db.exec(`update intents set lanes = 'x'`);
+    db.close();
+    const corrupt = await run(['outbox', 'list'], env);
+    t.equal(corrupt.code, EXIT.outbox);
+    t.match(corrupt.err, /^client: outbox .* row 1 is corrupt: lanes is not JSON/);
+    t.equal(corrupt.err.split('\n').length, 2, 'one line');
+
+    const garbage = path.join(dir, 'garbage.sqlite');
+    await fs.writeFile(garbage, 'x'.repeat(4096));
+    const bad = await run(['outbox', 'list'], { CLIENT_OUTBOX: garbage });
+    t.equal(bad.code, EXIT.outbox);
+    t.match(bad.err, /^client: cannot open outbox .*garbage.sqlite: the file is not a database\n$/);
+    t.match(await run(['outbox', 'list'], { CLIENT_OUTBOX: dir }), {
+      code: EXIT.outbox,
+      err: /cannot open/,
+    });
+    t.match(await run(['outbox', 'list', '--json'], { CLIENT_OUTBOX: '' }), {
+      code: EXIT.usage,
+      err: /^client: --outbox or CLIENT_OUTBOX is required; see client --help\n$/,
+    });
+    t.match(await run(['--help'], {}), {
+      code: EXIT.ok,
+      out: /client transfer --from ID --to ID --amount N/,
+    });
+  },
+);
+
+void t.test(
+  'the entry point: exit 2 in one line for a bad flag, no warning on standard error',
+  async (t) => {
+    const dir = await tempDir(t);
+    const main = path.join(root, 'apps/client/main.ts');
+    const env = {
+      PATH: process.env['PATH'] ?? '/usr/bin:/bin',
+      HOME: process.env['HOME'] ?? '/tmp',
+    };
+    const bad = spawnSync(
+      process.execPath,
+      ['--import', 'tsx', main, 'transfer', '--from', ID_A, '--to', ID_B, '--amount', 'x'],
+      {
+        cwd: root,
+        env: {
+          ...env,
+          CLIENT_OUTBOX: path.join(dir, 'o.sqlite'),
+          CLIENT_BASE_URL: 'http://127.0.0.1:9',
+          CLIENT_TOKEN: 't',
+        },
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    t.equal(bad.status, 2);
+    t.equal(bad.stdout, '');
+    t.match(
+      bad.stderr,
+      /^client: --amount must be an integer from 1 to 9007199254740991, got "x"; see client --help\n$/,
+    );
+    const list = spawnSync(process.execPath, ['--import', 'tsx', main, 'outbox', 'list'], {
+      cwd: root,
+      env: { ...env, CLIENT_OUTBOX: path.join(dir, 'o.sqlite') },
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    t.equal(list.status, 0, list.stderr);
+    t.equal(list.stderr, '', 'nothing on standard error, no ExperimentalWarning');
+    t.match(list.stdout, /the outbox is empty/);
+  },
+);

@@ -1,0 +1,832 @@
+/**
+ * The client's command line: `transfer`, `accounts create`, `outbox list`
+ * and `outbox drain`, with settings from flags or environment variables
+ * (a flag wins). `parseCommandLine` turns arguments into a command and
+ * refuses bad ones in one line naming the flag or variable; `runCli` runs a
+ * command and returns its exit status (see {@link EXIT}). Results go to
+ * standard output (one JSON document with `--json`), progress to standard
+ * error (JSON lines with `--json`).
+ */
+import { parseArgs } from 'node:util';
+import { accountIntent, transferIntent } from './client.js';
+import {
+  IntentConflictError,
+  Outbox,
+  OutboxError,
+  checkKey,
+  type Intent,
+  type IntentState,
+} from './outbox.js';
+import { Sender, type DrainReport, type SendEvent, type StopReason } from './sender.js';
+
+/** Exit statuses. */
+export const EXIT = {
+  /** Done: the command's intent got a 2xx; for a drain, everything got a final answer. */
+  ok: 0,
+  /** The server's final answer to the command's intent is an error (a stored 4xx). */
+  rejected: 1,
+  /** A bad flag or environment variable. */
+  usage: 2,
+  /** An intent failed: key reuse (422), an expired key, an unexpected answer; or a key given twice. */
+  failed: 3,
+  /** The outbox cannot be used: locked by another process, unreadable, corrupt, another principal's. */
+  outbox: 4,
+  /** The server refused the token (401): intents stay pending for a good one. */
+  unauthenticated: 5,
+  /** A bug in the client (the message has the stack). */
+  bug: 70,
+  /** Still pending when `--wait` ran out: a later command or `outbox drain` sends it. */
+  pending: 75,
+  /** Interrupted by SIGINT or SIGTERM: intents stay pending. */
+  interrupted: 130,
+} as const;
+
+/** The usage text, printed by `--help`. */
+export const USAGE = `Usage:
+  client transfer --from ID --to ID --amount N [--key UUIDv7] [--independent]
+  client accounts create --name NAME [--opening-balance N] [--key UUIDv7]
+  client outbox list [--state pending|done|failed]
+  client outbox drain
+  client --help
+
+Every command (flag, or environment variable):
+  --outbox FILE          CLIENT_OUTBOX       the outbox file (required; created when missing)
+  --json                                     results as one JSON document, progress as JSON lines
+Commands that send (transfer, accounts create, outbox drain):
+  --base-url URL         CLIENT_BASE_URL     the server's origin, e.g. http://127.0.0.1:3000 (required)
+  --token TOKEN          CLIENT_TOKEN        the bearer token (required; prefer the variable)
+  --key-ttl DURATION     CLIENT_KEY_TTL      how long the server keeps keys (sync.idempotency_key_ttl), default 24h
+  --ttl-margin DURATION  CLIENT_TTL_MARGIN   a key this much younger than the TTL is no longer sent, default 1h
+  --timeout DURATION     CLIENT_TIMEOUT      one attempt's limit, default 30s
+  --wait DURATION        CLIENT_WAIT         how long to keep repeating before leaving intents pending, default 30s
+  --retry-base DURATION  CLIENT_RETRY_BASE   the first backoff step, default 200ms
+  --retry-cap DURATION   CLIENT_RETRY_CAP    the largest backoff step, default 30s
+  --concurrency N        CLIENT_CONCURRENCY  intents of different lanes in flight at once, default 4
+Durations: an integer and ms, s, m, h or d (0 alone is zero).
+Exit: 0 done, 1 refused by the server, 2 usage, 3 failed (key reuse, expired, unexpected),
+      4 outbox unusable, 5 token refused, 75 still pending, 130 interrupted, 70 bug.`;
+
+/** A command line the client cannot run; the message is one line naming the flag or variable. */
+export class UsageError extends Error {
+  override readonly name = 'UsageError';
+}
+
+/** Settings of every command. */
+export interface CommonSettings {
+  /** The outbox file. */
+  readonly outbox: string;
+  /** JSON output. */
+  readonly json: boolean;
+}
+
+/** Settings of the commands that send. */
+export interface SendSettings extends CommonSettings {
+  readonly baseUrl: string;
+  readonly token: string;
+  readonly keyTtlMs: number;
+  readonly ttlMarginMs: number;
+  readonly timeoutMs: number;
+  readonly waitMs: number;
+  readonly retryBaseMs: number;
+  readonly retryCapMs: number;
+  readonly concurrency: number;
+}
+
+/** A parsed command line. */
+export type Command =
+  | { readonly kind: 'help' }
+  | {
+      readonly kind: 'transfer';
+      readonly settings: SendSettings;
+      readonly from: string;
+      readonly to: string;
+      readonly amount: number;
+      readonly key: string | undefined;
+      readonly independent: boolean;
+    }
+  | {
+      readonly kind: 'accounts-create';
+      readonly settings: SendSettings;
+      readonly name: string;
+      readonly openingBalance: number;
+      readonly key: string | undefined;
+    }
+  | {
+      readonly kind: 'outbox-list';
+      readonly settings: CommonSettings;
+      readonly state: IntentState | undefined;
+    }
+  | { readonly kind: 'outbox-drain'; readonly settings: SendSettings };
+
+/** The environment the command line reads (`process.env` in the entry point). */
+export type Environment = Readonly<Record<string, string | undefined>>;
+
+const OPTIONS = {
+  outbox: { type: 'string' },
+  json: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+  'base-url': { type: 'string' },
+  token: { type: 'string' },
+  'key-ttl': { type: 'string' },
+  'ttl-margin': { type: 'string' },
+  timeout: { type: 'string' },
+  wait: { type: 'string' },
+  'retry-base': { type: 'string' },
+  'retry-cap': { type: 'string' },
+  concurrency: { type: 'string' },
+  from: { type: 'string' },
+  to: { type: 'string' },
+  amount: { type: 'string' },
+  key: { type: 'string' },
+  independent: { type: 'boolean' },
+  name: { type: 'string' },
+  'opening-balance': { type: 'string' },
+  state: { type: 'string' },
+} as const;
+
+type Flag = keyof typeof OPTIONS;
+type Values = Partial<Record<Flag, string | boolean>>;
+
+const COMMON: readonly Flag[] = ['outbox', 'json', 'help'];
+const SENDING: readonly Flag[] = [
+  'base-url',
+  'token',
+  'key-ttl',
+  'ttl-margin',
+  'timeout',
+  'wait',
+  'retry-base',
+  'retry-cap',
+  'concurrency',
+];
+const FLAGS: Record<Exclude<Command['kind'], 'help'>, readonly Flag[]> = {
+  transfer: [...COMMON, ...SENDING, 'from', 'to', 'amount', 'key', 'independent'],
+  'accounts-create': [...COMMON, ...SENDING, 'name', 'opening-balance', 'key'],
+  'outbox-list': [...COMMON, 'state'],
+  'outbox-drain': [...COMMON, ...SENDING],
+};
+const NAMES: Record<Exclude<Command['kind'], 'help'>, string> = {
+  transfer: 'transfer',
+  'accounts-create': 'accounts create',
+  'outbox-list': 'outbox list',
+  'outbox-drain': 'outbox drain',
+};
+const ENV: Partial<Record<Flag, string>> = {
+  outbox: 'CLIENT_OUTBOX',
+  'base-url': 'CLIENT_BASE_URL',
+  token: 'CLIENT_TOKEN',
+  'key-ttl': 'CLIENT_KEY_TTL',
+  'ttl-margin': 'CLIENT_TTL_MARGIN',
+  timeout: 'CLIENT_TIMEOUT',
+  wait: 'CLIENT_WAIT',
+  'retry-base': 'CLIENT_RETRY_BASE',
+  'retry-cap': 'CLIENT_RETRY_CAP',
+  concurrency: 'CLIENT_CONCURRENCY',
+};
+const DEFAULTS: Partial<Record<Flag, string>> = {
+  'key-ttl': '24h',
+  'ttl-margin': '1h',
+  timeout: '30s',
+  wait: '30s',
+  'retry-base': '200ms',
+  'retry-cap': '30s',
+  concurrency: '4',
+};
+
+const MAX_MINOR_UNITS = Number.MAX_SAFE_INTEGER;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const DURATION = /^(\d+)(ms|s|m|h|d)$/;
+const UNIT_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+const CONTROL = /\p{Cc}/u;
+
+/**
+ * Reads a duration: an integer followed by ms, s, m, h or d; `0` alone is zero.
+ *
+ * @param text the text.
+ * @returns milliseconds, or undefined when it is no duration.
+ */
+export function parseDuration(text: string): number | undefined {
+  if (text === '0') return 0;
+  const m = DURATION.exec(text);
+  if (m === null) return undefined;
+  const ms = Number(m[1]) * (UNIT_MS[m[2] ?? ''] ?? 0);
+  return Number.isSafeInteger(ms) ? ms : undefined;
+}
+
+/** A setting's value and where it came from, for messages. */
+interface Source {
+  readonly text: string;
+  /** `--flag`, the variable's name, or `--flag (default)`. */
+  readonly name: string;
+}
+
+function parseInteger(text: string, min: number, max: number): number | undefined {
+  if (!/^\d+$/.test(text)) return undefined;
+  const n = Number(text);
+  return Number.isSafeInteger(n) && n >= min && n <= max ? n : undefined;
+}
+
+/**
+ * Parses the arguments after the program's name.
+ *
+ * @param argv e.g. `process.argv.slice(2)`.
+ * @param env the environment, for the `CLIENT_*` variables.
+ * @returns the command.
+ * @throws UsageError in one line naming the bad flag, variable or command.
+ */
+export function parseCommandLine(argv: readonly string[], env: Environment): Command {
+  let parsed: { values: Values; positionals: string[] };
+  try {
+    parsed = parseArgs({ args: [...argv], options: OPTIONS, strict: true, allowPositionals: true });
+  } catch (err) {
+    throw new UsageError(parseArgsMessage(err));
+  }
+  const { values, positionals } = parsed;
+  if (values.help === true || positionals.length === 0) return { kind: 'help' };
+  const kind = commandKind(positionals);
+  const name = NAMES[kind];
+  for (const flag of Object.keys(values) as Flag[]) {
+    if (!FLAGS[kind].includes(flag)) throw new UsageError(`--${flag} does not belong to "${name}"`);
+  }
+  const source = (flag: Flag): Source | undefined => {
+    const given = values[flag];
+    if (typeof given === 'string') return { text: given, name: `--${flag}` };
+    const variable = ENV[flag];
+    const fromEnv = variable === undefined ? undefined : env[variable];
+    if (variable !== undefined && fromEnv !== undefined && fromEnv !== '') {
+      return { text: fromEnv, name: variable };
+    }
+    const fallback = DEFAULTS[flag];
+    return fallback === undefined ? undefined : { text: fallback, name: `--${flag} (default)` };
+  };
+  const required = (flag: Flag): Source => {
+    const s = source(flag);
+    if (s === undefined || s.text === '') {
+      const variable = ENV[flag];
+      throw new UsageError(
+        variable === undefined
+          ? `--${flag} is required for "${name}"`
+          : `--${flag} or ${variable} is required`,
+      );
+    }
+    return s;
+  };
+  const common: CommonSettings = { outbox: required('outbox').text, json: values.json === true };
+  if (kind === 'outbox-list') {
+    const state = values.state;
+    if (state !== undefined && state !== 'pending' && state !== 'done' && state !== 'failed') {
+      throw new UsageError(`--state must be one of pending, done, failed, got "${String(state)}"`);
+    }
+    return { kind, settings: common, state };
+  }
+  const settings = sendSettings(common, required, source);
+  const key = (): string | undefined => {
+    const k = values.key;
+    if (typeof k !== 'string') return undefined;
+    try {
+      return checkKey(k);
+    } catch {
+      throw new UsageError(`--key must be a UUIDv7 in canonical form, got "${k}"`);
+    }
+  };
+  if (kind === 'outbox-drain') return { kind, settings };
+  if (kind === 'accounts-create') {
+    const accountName = required('name').text;
+    if (accountName.length > 100 || accountName.trim() === '' || CONTROL.test(accountName)) {
+      throw new UsageError(
+        `--name must be 1 to 100 characters, not blank, without control characters, got "${accountName}"`,
+      );
+    }
+    const opening = source('opening-balance')?.text ?? '0';
+    const openingBalance = parseInteger(opening, 0, MAX_MINOR_UNITS);
+    if (openingBalance === undefined) {
+      throw new UsageError(
+        `--opening-balance must be an integer from 0 to ${String(MAX_MINOR_UNITS)}, got "${opening}"`,
+      );
+    }
+    return { kind, settings, name: accountName, openingBalance, key: key() };
+  }
+  const account = (flag: 'from' | 'to'): string => {
+    const s = required(flag);
+    if (!UUID.test(s.text)) throw new UsageError(`--${flag} must be a UUID, got "${s.text}"`);
+    return s.text.toLowerCase();
+  };
+  const from = account('from');
+  const to = account('to');
+  const amountText = required('amount').text;
+  const amount = parseInteger(amountText, 1, MAX_MINOR_UNITS);
+  if (amount === undefined) {
+    throw new UsageError(
+      `--amount must be an integer from 1 to ${String(MAX_MINOR_UNITS)}, got "${amountText}"`,
+    );
+  }
+  return { kind, settings, from, to, amount, key: key(), independent: values.independent === true };
+}
+
+function commandKind(positionals: readonly string[]): Exclude<Command['kind'], 'help'> {
+  const [first, second, ...rest] = positionals;
+  let kind: Exclude<Command['kind'], 'help'> | undefined;
+  let used = 1;
+  if (first === 'transfer') kind = 'transfer';
+  else if (first === 'accounts' && second === 'create') {
+    kind = 'accounts-create';
+    used = 2;
+  } else if (first === 'outbox' && (second === 'list' || second === 'drain')) {
+    kind = second === 'list' ? 'outbox-list' : 'outbox-drain';
+    used = 2;
+  }
+  if (kind === undefined) {
+    const shown = first === 'accounts' || first === 'outbox' ? [first, second] : [first];
+    throw new UsageError(`unknown command "${shown.filter((x) => x !== undefined).join(' ')}"`);
+  }
+  const extra = positionals.slice(used);
+  if (extra.length > 0 || rest.length > 0) {
+    throw new UsageError(`unexpected argument "${extra.join(' ')}"`);
+  }
+  return kind;
+}
+
+function parseArgsMessage(err: unknown): string {
+  const code = (err as { code?: unknown }).code;
+  const text = err instanceof Error ? err.message : String(err);
+  const option = /'(-[^' ]+)/.exec(text)?.[1];
+  if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' && option !== undefined) {
+    return `unknown flag ${option}`;
+  }
+  if (code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && option !== undefined) {
+    return /ambiguous/.test(text)
+      ? `${option}: write a value that starts with "-" as ${option}=VALUE`
+      : `${option} needs a value`;
+  }
+  return text.split('\n')[0] ?? text;
+}
+
+function sendSettings(
+  common: CommonSettings,
+  required: (flag: Flag) => Source,
+  source: (flag: Flag) => Source | undefined,
+): SendSettings {
+  const baseUrl = required('base-url');
+  if (!isOrigin(baseUrl.text)) {
+    throw new UsageError(
+      `${baseUrl.name} must be an http or https origin without path, query or fragment, got "${baseUrl.text}"`,
+    );
+  }
+  const token = required('token').text;
+  const duration = (flag: Flag, min: number): { ms: number; s: Source } => {
+    const s = required(flag);
+    const ms = parseDuration(s.text);
+    if (ms === undefined) {
+      throw new UsageError(`${s.name} must be a duration like 500ms, 30s, 24h, got "${s.text}"`);
+    }
+    if (ms < min) {
+      throw new UsageError(
+        `${s.name} must be a duration of at least ${String(min)}ms, got "${s.text}"`,
+      );
+    }
+    return { ms, s };
+  };
+  const ttl = duration('key-ttl', 1);
+  const margin = duration('ttl-margin', 0);
+  const timeout = duration('timeout', 1);
+  const retryBase = duration('retry-base', 1);
+  const retryCap = duration('retry-cap', 1);
+  const shown = (d: { s: Source }): string => `${d.s.name} (${d.s.text})`;
+  if (margin.ms >= ttl.ms) {
+    throw new UsageError(`${shown(margin)} must be less than ${shown(ttl)}`);
+  }
+  if (timeout.ms >= margin.ms) {
+    throw new UsageError(
+      `${shown(timeout)} must be less than ${shown(margin)}: the last attempt must arrive before the key can expire`,
+    );
+  }
+  if (retryBase.ms > retryCap.ms) {
+    throw new UsageError(`${shown(retryBase)} must not exceed ${shown(retryCap)}`);
+  }
+  const concurrencySource = source('concurrency') ?? { text: '4', name: '--concurrency' };
+  const concurrency = parseInteger(concurrencySource.text, 1, 64);
+  if (concurrency === undefined) {
+    throw new UsageError(
+      `${concurrencySource.name} must be an integer from 1 to 64, got "${concurrencySource.text}"`,
+    );
+  }
+  return {
+    ...common,
+    baseUrl: baseUrl.text,
+    token,
+    keyTtlMs: ttl.ms,
+    ttlMarginMs: margin.ms,
+    timeoutMs: timeout.ms,
+    waitMs: duration('wait', 0).ms,
+    retryBaseMs: retryBase.ms,
+    retryCapMs: retryCap.ms,
+    concurrency,
+  };
+}
+
+function isOrigin(text: string): boolean {
+  try {
+    const u = new URL(text);
+    return (
+      (u.protocol === 'http:' || u.protocol === 'https:') &&
+      u.pathname === '/' &&
+      u.search === '' &&
+      u.hash === '' &&
+      !text.endsWith('?') &&
+      !text.endsWith('#')
+    );
+  } catch {
+    return false;
+  }
+}
+
+/** Where a command writes. */
+export interface Output {
+  readonly stdout: { write(text: string): unknown };
+  readonly stderr: { write(text: string): unknown };
+}
+
+/** The JSON form of an intent, as `--json` prints it. */
+export interface IntentJson {
+  readonly seq: number;
+  readonly key: string;
+  readonly operation: string;
+  readonly method: string;
+  readonly path: string;
+  /** The body sent, parsed. */
+  readonly request: unknown;
+  readonly lanes: readonly string[];
+  readonly created_at: string;
+  readonly state: IntentState;
+  readonly failure: string | null;
+  readonly attempts: number;
+  readonly last_error: string | null;
+  /** For a pending intent, when it may be sent next. */
+  readonly next_attempt_at: string | null;
+  readonly answer: {
+    readonly status: number;
+    readonly replayed: boolean;
+    readonly headers: Readonly<Record<string, string>>;
+    /** The body parsed as JSON, or its text when it is not JSON. */
+    readonly body: unknown;
+  } | null;
+  readonly finished_at: string | null;
+}
+
+function parseOr(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return text;
+  }
+}
+
+const iso = (ms: number): string => new Date(ms).toISOString();
+
+/**
+ * The JSON form of an intent.
+ *
+ * @param intent the intent.
+ * @returns its `--json` form.
+ */
+export function intentJson(intent: Intent): IntentJson {
+  return {
+    seq: intent.seq,
+    key: intent.key,
+    operation: intent.operation,
+    method: intent.method,
+    path: intent.path,
+    request: intent.body === null ? null : parseOr(intent.body),
+    lanes: intent.lanes,
+    created_at: iso(intent.createdAt),
+    state: intent.state,
+    failure: intent.failure,
+    attempts: intent.attempts,
+    last_error: intent.lastError,
+    next_attempt_at: intent.state === 'pending' ? iso(intent.nextAttemptAt) : null,
+    answer:
+      intent.answer === null
+        ? null
+        : {
+            status: intent.answer.status,
+            replayed: intent.answer.replayed,
+            headers: intent.answer.headers,
+            body: parseOr(intent.answer.body),
+          },
+    finished_at: intent.finishedAt === null ? null : iso(intent.finishedAt),
+  };
+}
+
+function eventJson(event: SendEvent): Record<string, unknown> {
+  switch (event.type) {
+    case 'principal':
+      return { event: 'principal', principal_id: event.principalId };
+    case 'attempt':
+      return {
+        event: 'attempt',
+        key: event.key,
+        seq: event.seq,
+        operation: event.operation,
+        attempt: event.attempt,
+      };
+    case 'retry':
+      return {
+        event: 'retry',
+        key: event.key,
+        seq: event.seq,
+        operation: event.operation,
+        attempt: event.attempt,
+        error: event.error,
+        delay_ms: event.delayMs,
+      };
+    case 'settled':
+      return { event: 'settled', intent: intentJson(event.intent) };
+    case 'expired':
+      return { event: 'expired', intent: intentJson(event.intent), age_ms: event.ageMs };
+    case 'halted':
+      return { event: 'halted', reason: event.reason, detail: event.detail };
+  }
+}
+
+function seconds(ms: number): string {
+  return ms < 1_000 ? `${String(ms)}ms` : `${(ms / 1_000).toFixed(1)}s`;
+}
+
+/** One line on what an intent's answer or state is. */
+function outcome(intent: Intent): string {
+  const a = intent.answer;
+  if (intent.state === 'pending') {
+    const last = intent.lastError === null ? '' : `, last: ${intent.lastError}`;
+    return `pending (attempts ${String(intent.attempts)}${last})`;
+  }
+  if (intent.failure === 'expired') {
+    return 'expired: its key is older than the key TTL less the margin, so it was not sent again; check whether it took effect before stating it again';
+  }
+  if (a === null) return intent.state;
+  const body = parseOr(a.body);
+  const problem =
+    typeof body === 'object' && body !== null ? (body as Record<string, unknown>) : {};
+  const code = typeof problem['code'] === 'string' ? ` ${problem['code']}` : '';
+  const reason = typeof problem['reason'] === 'string' ? ` (${problem['reason']})` : '';
+  const detail = typeof problem['detail'] === 'string' ? `: ${problem['detail']}` : '';
+  const replay = a.replayed ? ' (replayed: the stored answer of an earlier attempt)' : '';
+  if (intent.failure === 'key_reuse') {
+    return `${String(a.status)}${code}: the key was used for another request, a bug of the caller; not sent again, and no new key is made`;
+  }
+  if (intent.failure === 'unexpected_answer') {
+    return `${String(a.status)}${code}${detail}: an answer the API does not give to this request; not sent again`;
+  }
+  if (a.status >= 200 && a.status < 300) return `${String(a.status)}${replay}`;
+  return `${String(a.status)}${code}${reason}${detail}${replay}`;
+}
+
+function progressLine(event: SendEvent): string {
+  switch (event.type) {
+    case 'principal':
+      return `sending as principal ${event.principalId}`;
+    case 'attempt':
+      return `sending ${event.operation} ${event.key} (attempt ${String(event.attempt)})`;
+    case 'retry':
+      return `attempt ${String(event.attempt)} of ${event.operation}${event.key === null ? '' : ` ${event.key}`}: ${event.error}; next attempt in ${seconds(event.delayMs)}`;
+    case 'settled':
+      return `settled ${event.intent.operation} ${event.intent.key}: ${outcome(event.intent)}`;
+    case 'expired':
+      return `expired ${event.intent.operation} ${event.intent.key} (${seconds(event.ageMs)} old): not sent`;
+    case 'halted':
+      return `stopped: ${event.detail}`;
+  }
+}
+
+/** The result line of the command's own intent. */
+function resultLine(intent: Intent, fromOutbox: boolean): string {
+  const prefix = `${intent.operation === 'createTransfer' ? 'transfer' : 'account'} ${intent.key}`;
+  const again = fromOutbox ? ' (from the outbox: stated before, not sent again)' : '';
+  const a = intent.answer;
+  if (intent.state === 'pending') {
+    return `${prefix}: still pending (attempts ${String(intent.attempts)}${intent.lastError === null ? '' : `, last: ${intent.lastError}`}); "client outbox drain" sends it with the same key`;
+  }
+  if (intent.state === 'failed') return `${prefix}: FAILED: ${outcome(intent)}`;
+  if (a !== null && a.status >= 200 && a.status < 300) {
+    const body = parseOr(a.body) as Record<string, unknown>;
+    const replay = a.replayed ? ' (a replay of the stored answer)' : '';
+    if (intent.operation === 'createAccount') {
+      return `account ${String(body['id'])} "${String(body['name'])}" opened with balance ${String(body['balance'])}${replay}${again}`;
+    }
+    return `${prefix}: ${String(a.status)} created: transfer ${String(body['id'])} moved ${String(body['amount'])} from ${String(body['from_account_id'])} to ${String(body['to_account_id'])}${replay}${again}`;
+  }
+  return `${prefix}: refused: ${outcome(intent)}${again}`;
+}
+
+function stopExit(stoppedBy: StopReason): number {
+  switch (stoppedBy) {
+    case 'unauthenticated':
+      return EXIT.unauthenticated;
+    case 'unexpected_answer':
+      return EXIT.failed;
+    case 'aborted':
+      return EXIT.interrupted;
+    default:
+      return EXIT.pending;
+  }
+}
+
+function intentExit(intent: Intent, stoppedBy: StopReason | undefined): number {
+  if (intent.state === 'pending') return stopExit(stoppedBy ?? 'deadline');
+  if (intent.state === 'failed') return EXIT.failed;
+  const status = intent.answer?.status ?? 0;
+  return status >= 200 && status < 300 ? EXIT.ok : EXIT.rejected;
+}
+
+function makeSender(outbox: Outbox, s: SendSettings, out: Output): Sender {
+  return new Sender({
+    outbox,
+    baseUrl: s.baseUrl,
+    token: s.token,
+    keyTtlMs: s.keyTtlMs,
+    ttlMarginMs: s.ttlMarginMs,
+    timeoutMs: s.timeoutMs,
+    concurrency: s.concurrency,
+    backoff: { baseMs: s.retryBaseMs, capMs: s.retryCapMs, maxRetryAfterMs: 10 * 60_000 },
+    onEvent: (event) => {
+      out.stderr.write(
+        s.json ? `${JSON.stringify(eventJson(event))}\n` : `${progressLine(event)}\n`,
+      );
+    },
+  });
+}
+
+function listLine(intent: Intent): string {
+  return `${String(intent.seq).padStart(4)}  ${intent.state.padEnd(7)}  ${intent.operation.padEnd(14)} ${intent.key}  ${iso(intent.createdAt)}  ${outcome(intent)}`;
+}
+
+/**
+ * Runs a command line.
+ *
+ * @param argv the arguments after the program's name.
+ * @param env the environment, for the `CLIENT_*` variables.
+ * @param out where results and progress go.
+ * @param signal aborts a drain (SIGINT, SIGTERM); intents stay pending.
+ * @returns the exit status, one of {@link EXIT}.
+ */
+export async function runCli(
+  argv: readonly string[],
+  env: Environment,
+  out: Output,
+  signal?: AbortSignal,
+): Promise<number> {
+  let command: Command;
+  try {
+    command = parseCommandLine(argv, env);
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    out.stderr.write(`client: ${err.message}; see client --help\n`);
+    return EXIT.usage;
+  }
+  if (command.kind === 'help') {
+    out.stdout.write(`${USAGE}\n`);
+    return EXIT.ok;
+  }
+  try {
+    return await run(command, out, signal);
+  } catch (err) {
+    if (err instanceof IntentConflictError) {
+      out.stderr.write(`client: ${err.message}\n`);
+      return EXIT.failed;
+    }
+    if (err instanceof OutboxError) {
+      out.stderr.write(`client: ${err.message}\n`);
+      return EXIT.outbox;
+    }
+    out.stderr.write(
+      `client: a bug: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+    );
+    return EXIT.bug;
+  }
+}
+
+async function run(
+  command: Exclude<Command, { kind: 'help' }>,
+  out: Output,
+  signal: AbortSignal | undefined,
+): Promise<number> {
+  const { settings } = command;
+  const print = (value: unknown): void => {
+    out.stdout.write(`${JSON.stringify(value)}\n`);
+  };
+  const outbox = Outbox.open(settings.outbox);
+  try {
+    if (command.kind === 'outbox-list') {
+      const intents = outbox.list(command.state === undefined ? {} : { state: command.state });
+      if (settings.json) {
+        print({
+          command: 'outbox list',
+          outbox: outbox.file,
+          principal_id: outbox.principal() ?? null,
+          intents: intents.map(intentJson),
+        });
+      } else if (intents.length === 0) {
+        out.stdout.write(
+          command.state === undefined
+            ? 'the outbox is empty\n'
+            : `no ${command.state} intent in the outbox\n`,
+        );
+      } else {
+        for (const intent of intents) out.stdout.write(`${listLine(intent)}\n`);
+      }
+      return EXIT.ok;
+    }
+    const s = command.settings;
+    const sender = makeSender(outbox, s, out);
+    const deadline = Date.now() + s.waitMs;
+    const drainOptions = signal === undefined ? { deadline } : { deadline, signal };
+    if (command.kind === 'outbox-drain') {
+      const report = await sender.drain(drainOptions);
+      return drainResult(report, s, out, print);
+    }
+    const stated =
+      command.kind === 'transfer'
+        ? outbox.enqueue(
+            transferIntent(
+              { from_account_id: command.from, to_account_id: command.to, amount: command.amount },
+              {
+                independent: command.independent,
+                ...(command.key === undefined ? {} : { key: command.key }),
+              },
+            ),
+          )
+        : outbox.enqueue(
+            accountIntent(
+              { name: command.name, opening_balance: command.openingBalance },
+              command.key === undefined ? {} : { key: command.key },
+            ),
+          );
+    if (s.json) {
+      out.stderr.write(
+        `${JSON.stringify({ event: 'stated', created: stated.created, intent: intentJson(stated.intent) })}\n`,
+      );
+    } else if (stated.created) {
+      out.stderr.write(`stated ${stated.intent.operation} ${stated.intent.key}\n`);
+    }
+    let report: DrainReport | undefined;
+    if (stated.intent.state === 'pending') {
+      report = await sender.drain({ ...drainOptions, target: stated.intent.key });
+    }
+    const intent = outbox.get(stated.intent.key) ?? stated.intent;
+    const code = intentExit(intent, report?.stoppedBy);
+    if (s.json) {
+      print({
+        command: command.kind === 'transfer' ? 'transfer' : 'accounts create',
+        exit_code: code,
+        created: stated.created,
+        stopped_by: report?.stoppedBy ?? null,
+        halt: report?.halt ?? null,
+        pending: outbox.pendingCount(),
+        intent: intentJson(intent),
+        settled: (report?.settled ?? []).filter((i) => i.key !== intent.key).map(intentJson),
+      });
+    } else {
+      out.stdout.write(`${resultLine(intent, !stated.created)}\n`);
+      if (report?.halt !== undefined) out.stderr.write(`client: ${report.halt}\n`);
+    }
+    return code;
+  } finally {
+    outbox.close();
+  }
+}
+
+function drainResult(
+  report: DrainReport,
+  s: SendSettings,
+  out: Output,
+  print: (value: unknown) => void,
+): number {
+  let code: number = EXIT.ok;
+  if (report.stoppedBy !== 'empty') code = stopExit(report.stoppedBy);
+  else if (report.settled.some((i) => i.state === 'failed')) code = EXIT.failed;
+  if (s.json) {
+    print({
+      command: 'outbox drain',
+      exit_code: code,
+      stopped_by: report.stoppedBy,
+      halt: report.halt ?? null,
+      pending: report.pending,
+      settled: report.settled.map(intentJson),
+    });
+    return code;
+  }
+  if (report.settled.length === 0 && report.pending === 0) {
+    out.stdout.write(`nothing pending in outbox ${s.outbox}\n`);
+    return code;
+  }
+  for (const intent of report.settled) {
+    out.stdout.write(
+      `${intent.state.padEnd(7)} ${intent.operation} ${intent.key}: ${outcome(intent)}\n`,
+    );
+  }
+  const failed = report.settled.filter((i) => i.state === 'failed').length;
+  out.stdout.write(
+    `${String(report.settled.length)} settled (${String(failed)} failed), ${String(report.pending)} pending${report.pending > 0 ? ': "client outbox drain" sends them later with the same keys' : ''}\n`,
+  );
+  if (report.halt !== undefined) out.stderr.write(`client: ${report.halt}\n`);
+  return code;
+}
