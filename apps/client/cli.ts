@@ -503,7 +503,8 @@ export function intentJson(intent: Intent): IntentJson {
     failure: intent.failure,
     attempts: intent.attempts,
     last_error: intent.lastError,
-    next_attempt_at: intent.state === 'pending' ? iso(intent.nextAttemptAt) : null,
+    next_attempt_at:
+      intent.state === 'pending' ? iso(Math.max(intent.nextAttemptAt, intent.createdAt)) : null,
     answer:
       intent.answer === null
         ? null
