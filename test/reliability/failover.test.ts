@@ -445,6 +445,34 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
     [],
     "each intent's key row names the transfer its outbox recorded",
   );
+  const known = new Set(createdIds);
+  const extra = transfers.filter((r) => !known.has(r.id)).map((r) => r.id);
+  if (extra.length > 0 || keyRows.length !== total) {
+    // What the database holds beyond the answers, for the report.
+    const keysInOutboxes = new Set(intents.map((i) => i.key));
+    const [counts] = await owner<{ rows: string; keys: string }[]>`
+      select count(*)::text as rows, count(distinct (principal_id, key))::text as keys
+        from idempotency_keys where action = 'createTransfer'`;
+    const rows = await owner<Record<string, unknown>[]>`
+      select x.id::text as transfer, k.key::text as key, k.state, k.response_status,
+             k.created_at::text as key_created, x.created_at::text as transfer_created
+        from ledger_transfers x left join idempotency_keys k on k.resource_id = x.id
+       where x.id = any(${extra}::uuid[])`;
+    t.comment(`key rows ${counts?.rows ?? '?'}, distinct keys ${counts?.keys ?? '?'}`);
+    for (const r of rows) {
+      t.comment(
+        `extra transfer ${JSON.stringify(r)}; key in an outbox: ${String(keysInOutboxes.has(String(r['key'])))}`,
+      );
+    }
+    const mismatched = intents.filter(
+      (i) => byKey.get(i.key) !== (JSON.parse(i.answer?.body ?? '{}') as { id?: string }).id,
+    );
+    for (const i of mismatched.slice(0, 3)) {
+      t.comment(
+        `intent ${i.key}: key row names ${String(byKey.get(i.key))}, outbox answer ${i.answer?.body.slice(0, 120) ?? ''} replayed ${String(i.answer?.replayed)}`,
+      );
+    }
+  }
   t.same(await keysInProgress(owner), [], 'no key row is left in progress');
   await assertLedgerInvariants(t, owner, openings);
 
