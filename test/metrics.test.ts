@@ -186,7 +186,7 @@ void t.test('metrics.enabled false serves no metrics anywhere', async (t) => {
   const res = await k.app.http.inject({ method: 'GET', url: '/metrics' });
   t.equal(res.statusCode, 404);
   t.equal(k.app.prometheus, undefined);
-  t.equal(await k.app.serveWorkerMetrics(), undefined, 'no worker listener either');
+  t.equal(await k.app.serveMetricsListener(), undefined, 'no worker listener either');
   t.equal((await keyed(k, newId(), 'still counted')).statusCode, 201);
   t.equal(
     k.metrics.value('idempotency_requests_total', { route: 'createEffect', outcome: 'stored' }),
@@ -196,11 +196,11 @@ void t.test('metrics.enabled false serves no metrics anywhere', async (t) => {
 });
 
 void t.test('the worker role serves the same registry on a listener of its own', async (t) => {
-  const k = await startTestApp(t, { env: { ...QUIET, METRICS__WORKER_PORT: '0' } });
+  const k = await startTestApp(t, { env: { ...QUIET, METRICS__PORT: '0' } });
   t.equal((await keyed(k, newId(), 'seen by the worker scrape')).statusCode, 201);
-  const listener = await k.app.serveWorkerMetrics();
+  const listener = await k.app.serveMetricsListener();
   if (listener === undefined) throw new Error('expected a metrics listener');
-  t.equal(await k.app.serveWorkerMetrics(), listener, 'started once');
+  t.equal(await k.app.serveMetricsListener(), listener, 'started once');
   t.match(listener.address, /^http:\/\/127\.0\.0\.1:\d+$/);
   t.match(
     k.logs.find((l) => l.msg === 'metrics listening'),
@@ -217,6 +217,22 @@ void t.test('the worker role serves the same registry on a listener of its own',
   await k.app.close();
   await t.rejects(fetch(`${listener.address}/metrics`), 'closed with the app');
 });
+
+void t.test(
+  'metrics.listener own keeps metrics off the API listener (hostile-client review)',
+  async (t) => {
+    const k = await startTestApp(t, {
+      env: { ...QUIET, METRICS__LISTENER: 'own', METRICS__PORT: '0' },
+    });
+    const onApi = await k.app.http.inject({ method: 'GET', url: '/metrics' });
+    t.equal(onApi.statusCode, 404, 'not on the API listener');
+    const listener = await k.app.serveMetricsListener();
+    if (listener === undefined) throw new Error('expected a metrics listener');
+    const res = await fetch(`${listener.address}/metrics`);
+    t.equal(res.status, 200, 'on a listener of its own');
+    t.match(await res.text(), /\nhttp_requests_total\{/);
+  },
+);
 
 void t.test(
   'scrapes within metrics.key_stats_min_interval reuse the last key statistics (found by review)',

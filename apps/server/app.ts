@@ -30,8 +30,9 @@ import { createLedgerModule } from '../../modules/ledger/index.js';
 import { createSyncModule, type SyncModule } from '../../modules/sync/index.js';
 
 /**
- * Reuses a read's result for a minimum interval, so the metrics route (public,
- * not rate limited) cannot make the database work on every request.
+ * Reuses a read's result for a minimum interval, so scrapes (public on the
+ * API listener, not rate limited on the listener of its own) cannot make the
+ * database work on every request.
  *
  * @param minIntervalMs how long a result stays fresh; 0 reads every time.
  * @param read the read.
@@ -111,15 +112,17 @@ export interface App {
   /** The Prometheus exporter (what `metrics.path` serves); undefined when `metrics.enabled` is false. */
   readonly prometheus: PrometheusMetrics | undefined;
   /**
-   * Starts the worker role's metrics listener on `http.host` and
-   * `metrics.worker_port`, serving the exporter at `metrics.path`, and logs
-   * its address. Roles with the HTTP listener serve metrics there instead.
+   * Starts the metrics listener of its own on `http.host` and
+   * `metrics.port`, serving the exporter at `metrics.path`, and logs its
+   * address: for role worker, and for roles api and all when
+   * `metrics.listener` is `own` (else they serve metrics on the HTTP
+   * listener).
    * Started once; later calls return the same listener. Stopped by `close()`.
    *
    * @returns the listener, or undefined when `metrics.enabled` is false.
    * @throws Error from the socket when the port cannot be bound.
    */
-  serveWorkerMetrics(): Promise<MetricsListener | undefined>;
+  serveMetricsListener(): Promise<MetricsListener | undefined>;
   /**
    * Starts Graphile Worker with every module's tasks and cron items (roles
    * `worker` and `all`). Stopped by `close()`.
@@ -212,6 +215,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     authenticator: identity.authenticator,
     clock,
     rateLimit: { max: config.http.rate_limit_max, windowMs: config.http.rate_limit_window },
+    maxPipelinedRequests: config.http.max_pipelined_requests,
     metrics,
     idempotency: {
       store: sync.store,
@@ -219,7 +223,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       ttlMs: config.sync.idempotency_key_ttl,
       waitMs: config.database.lock_timeout,
     },
-    ...(prometheus === undefined
+    ...(prometheus === undefined || config.metrics.listener === 'own'
       ? {}
       : { metricsRoute: { path: config.metrics.path, exposition: () => prometheus.exposition() } }),
   });
@@ -243,12 +247,12 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     sync,
     modules,
     prometheus,
-    serveWorkerMetrics: () => {
+    serveMetricsListener: () => {
       listening ??= (async () => {
         if (prometheus === undefined) return undefined;
         const listener = await startMetricsListener({
           host: config.http.host,
-          port: config.metrics.worker_port,
+          port: config.metrics.port,
           path: config.metrics.path,
           exposition: () => prometheus.exposition(),
           onError: (err) => {

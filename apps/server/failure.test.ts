@@ -89,14 +89,14 @@ void t.test('what a real PostgreSQL answers is named in one line', async (t) => 
       code: 'EADDRINUSE',
       port,
     });
-  const ports = { databaseUrl: undefined, httpPort: 3000, metricsWorkerPort: 9100 };
+  const ports = { databaseUrl: undefined, httpPort: 3000, metricsPort: 9100 };
   t.equal(
     describeFailure(inUse(3000), ports).text,
     'http.port 3000 is in use by another process: stop it, or set HTTP__PORT\n',
   );
   t.equal(
     describeFailure(inUse(9100), ports).text,
-    'metrics.worker_port 9100 is in use by another process: stop it, or set METRICS__WORKER_PORT\n',
+    'metrics.port 9100 is in use by another process: stop it, or set METRICS__PORT\n',
   );
   t.equal(
     describeFailure(inUse(5432), ports).text,

@@ -32,8 +32,8 @@ export interface FailureContext {
   readonly databaseUrl: string | undefined;
   /** `http.port`, when the command listens. */
   readonly httpPort: number | undefined;
-  /** `metrics.worker_port`, when the command listens for the worker's metrics. */
-  readonly metricsWorkerPort?: number | undefined;
+  /** `metrics.port`, when the command listens for the worker's metrics. */
+  readonly metricsPort?: number | undefined;
 }
 
 interface ErrorLike {
@@ -131,8 +131,8 @@ function expectedLine(
           ? undefined
           : e.port === context.httpPort
             ? 'http.port'
-            : e.port === context.metricsWorkerPort
-              ? 'metrics.worker_port'
+            : e.port === context.metricsPort
+              ? 'metrics.port'
               : undefined;
       return {
         line:

@@ -118,7 +118,7 @@ void t.test(
     const port = await takenPort(t);
     const p = startServerProcess(['--role', 'worker'], {
       DATABASE__URL: db.appUrl,
-      METRICS__WORKER_PORT: String(port),
+      METRICS__PORT: String(port),
     });
     t.equal(await p.exited, 1);
     t.notOk(
@@ -130,12 +130,31 @@ void t.test(
         (l) =>
           l['msg'] === 'start-up failed' &&
           l['reason'] ===
-            `metrics.worker_port ${String(port)} is in use by another process: stop it, or set METRICS__WORKER_PORT`,
+            `metrics.port ${String(port)} is in use by another process: stop it, or set METRICS__PORT`,
       ),
       'the structured log names the cause and the key',
     );
   },
 );
+
+void t.test('role api with metrics.listener own serves metrics on a port of its own', async (t) => {
+  const db = await testDatabase(t);
+  const p = startServerProcess(['--role', 'api'], {
+    DATABASE__URL: db.appUrl,
+    HTTP__PORT: '0',
+    METRICS__LISTENER: 'own',
+    METRICS__PORT: '0',
+  });
+  t.teardown(() => p.child.kill('SIGKILL'));
+  const metricsLine = await p.waitForLine((l) => l['msg'] === 'metrics listening');
+  const api = await p.waitForLine((l) => l['msg'] === 'listening');
+  const own = String(metricsLine['address']);
+  t.not(own, api['address'], 'another address than the API');
+  t.equal((await fetch(`${own}/metrics`)).status, 200, 'metrics there');
+  t.equal((await fetch(`${String(api['address'])}/metrics`)).status, 404, 'not on the API');
+  p.child.kill('SIGTERM');
+  t.equal(await p.exited, 0);
+});
 
 void t.test('expected failures of the command line are one line, without a stack', async (t) => {
   const db = await testDatabase(t);

@@ -87,11 +87,14 @@ async function serve(
     if (command.role === 'worker' || command.role === 'all') {
       // The metrics listener binds first: a port already in use stops the
       // worker before it has taken any job.
-      if (command.role === 'worker') await app.serveWorkerMetrics();
+      if (command.role === 'worker' || config.metrics.listener === 'own')
+        await app.serveMetricsListener();
       await app.startJobs();
       logger.info({ role: command.role }, 'jobs started');
     }
     if (command.role === 'api' || command.role === 'all') {
+      if (command.role === 'api' && config.metrics.listener === 'own')
+        await app.serveMetricsListener();
       const address = await app.http.listen({ host: config.http.host, port: config.http.port });
       logger.info({ address, role: command.role }, 'listening');
       if (target.embedded !== undefined) {
@@ -129,7 +132,7 @@ function failureContext(config: Config | undefined): FailureContext {
     databaseUrl:
       config === undefined || config.database.url === '' ? undefined : config.database.url,
     httpPort: config?.http.port,
-    metricsWorkerPort: config?.metrics.worker_port,
+    metricsPort: config?.metrics.port,
   };
 }
 

@@ -16,6 +16,7 @@ const DEFAULTS: Config = {
     headers_timeout: 10_000,
     keep_alive_timeout: 5_000,
     max_connections: 1024,
+    max_pipelined_requests: 16,
   },
   database: {
     url: '',
@@ -38,7 +39,8 @@ const DEFAULTS: Config = {
   metrics: {
     enabled: true,
     path: '/metrics',
-    worker_port: 9464,
+    listener: 'api',
+    port: 9464,
     key_stats_min_interval: 10_000,
     process_metrics: true,
   },
@@ -564,10 +566,10 @@ void t.test('the metrics path must be an absolute path of plain segments', (t) =
 });
 
 void t.test('the worker metrics port is a TCP port', (t) => {
-  t.equal(loadConfig({ env: { METRICS__WORKER_PORT: '0' } }).metrics.worker_port, 0);
+  t.equal(loadConfig({ env: { METRICS__PORT: '0' } }).metrics.port, 0);
   t.match(
-    loadError({ env: { METRICS__WORKER_PORT: '65536' } }).message,
-    'metrics.worker_port = "65536" (from environment METRICS__WORKER_PORT): expected an integer from 0 to 65535',
+    loadError({ env: { METRICS__PORT: '65536' } }).message,
+    'metrics.port = "65536" (from environment METRICS__PORT): expected an integer from 0 to 65535',
   );
   t.end();
 });

@@ -331,6 +331,12 @@ export const ConfigSchema = Type.Object(
           'Connections one process accepts at once; a connection over the limit is closed as soon as it is accepted. Also bounded by the file descriptors the process may open.',
         minimum: 1,
       }),
+      max_pipelined_requests: integer({
+        default: 16,
+        description:
+          'Requests one connection may have waiting for their answers at once (HTTP/1.1 pipelining). A client that sends more without reading the answers has its connection closed, unanswered, so it cannot make the process hold answers without bound; its unanswered requests may be sent again (with their Idempotency-Key).',
+        minimum: 1,
+      }),
     }),
     database: group({
       url: postgresUrl({
@@ -430,17 +436,22 @@ export const ConfigSchema = Type.Object(
       enabled: flag({
         default: true,
         description:
-          'Serve metrics in the Prometheus text format: on the HTTP listener at metrics.path (roles api and all) and on a listener of its own (role worker). false serves no metrics route at all.',
+          'Serve metrics in the Prometheus text format, where metrics.listener says (role worker: always on a listener of its own). false serves no metrics route at all.',
+      }),
+      listener: oneOf(['api', 'own'], {
+        default: 'api',
+        description:
+          'Where roles api and all serve metrics: api on the HTTP listener at metrics.path (public like the API: no token needed, rate limited per address; it shows the Node.js version, request counts by route and the idempotency_keys row count, no principal data), own on a listener of its own at http.host and metrics.port, kept off the API address. Role worker always serves on its own listener.',
       }),
       path: urlPath({
         default: '/metrics',
         description:
-          "Path the metrics are served on, without authentication, on the HTTP listener and on the worker role's metrics listener.",
+          'Path the metrics are served on, without authentication, on the HTTP listener or on the metrics listener of its own.',
       }),
-      worker_port: integer({
+      port: integer({
         default: 9464,
         description:
-          "TCP port of the worker role's metrics listener, bound on http.host; 0 lets the operating system pick a free port. Roles api and all serve metrics on the HTTP listener instead.",
+          'TCP port of the metrics listener of its own (role worker, and roles api and all with metrics.listener own), bound on http.host; 0 lets the operating system pick a free port.',
         minimum: 0,
         maximum: 65_535,
       }),

@@ -27,8 +27,10 @@ const authenticator: Authenticator = {
 async function server(
   t: Test,
   rateLimitMax = 10_000,
+  maxPipelinedRequests?: number,
 ): Promise<{ app: HttpServer; runs: { n: number } }> {
   const app = await createHttpServer({
+    ...(maxPipelinedRequests === undefined ? {} : { maxPipelinedRequests }),
     logger: createLogger({ appName: 'svc', level: 'silent' }),
     bodyLimit: 4096,
     readiness: () => Promise.resolve(),
@@ -358,4 +360,18 @@ void t.test('framing a front proxy may read otherwise is refused with a problem'
     post('Host: x\r\nTransfer-Encoding: chunked\r\n', '2\r\n{}\r\n0\r\n\r\n'),
   );
   t.match(chunked, /^HTTP\/1\.1 200 /, 'chunked alone is served');
+});
+
+void t.test('a connection with too many requests awaiting answers is closed', async (t) => {
+  const { app, runs } = await server(t, 10_000, 2);
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const port = (app.server.address() as net.AddressInfo).port;
+  const one = 'GET /api/v1/things/a HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice\r\n\r\n';
+  const answer = await raw(port, one.repeat(10));
+  const answered = answer.split('HTTP/1.1 200').length - 1;
+  t.ok(answered <= 2, `at most the limit answered (${String(answered)})`);
+  t.ok(runs.n <= 2, `and run (${String(runs.n)})`);
+  // Within the limit, pipelining works.
+  const two = await raw(port, one + one.replace('\r\n\r\n', '\r\nConnection: close\r\n\r\n'));
+  t.equal(two.split('HTTP/1.1 200').length - 1, 2, 'two pipelined requests are both answered');
 });

@@ -40,6 +40,7 @@ import {
   unmetExpectationHandler,
 } from './refusals.js';
 import { jsonBodyParser } from './body.js';
+import { pipeliningGuard } from './limits.js';
 import { toAppError } from './problems.js';
 import { writeRoutePolicy } from './route-policy.js';
 import './types.js';
@@ -74,6 +75,11 @@ export interface HttpServerOptions {
   readonly authenticator: Authenticator;
   /** The kernel clock. */
   readonly clock: Clock;
+  /**
+   * Requests one connection may have waiting for answers at once
+   * (`http.max_pipelined_requests`); more close the connection. Default 16.
+   */
+  readonly maxPipelinedRequests?: number;
   /** Requests per window per principal (or address, for anonymous callers). */
   readonly rateLimit: { readonly max: number; readonly windowMs: number };
   /** Where request counts and durations go. */
@@ -202,6 +208,10 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   // PostgreSQL's jsonb cannot hold.
   app.removeContentTypeParser(['text/plain', 'application/json']);
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, jsonBodyParser);
+
+  // Before anything else: a connection with too many requests awaiting
+  // answers is closed, the request not run.
+  app.addHook('onRequest', pipeliningGuard(options.maxPipelinedRequests ?? 16));
 
   // Stage 1, correlation: echo the id and open the request context.
   app.addHook('onRequest', (req, reply, done) => {

@@ -11,7 +11,7 @@ import type { Exposition } from './prometheus.js';
 export interface MetricsListenerOptions {
   /** Address to bind (`http.host`). */
   readonly host: string;
-  /** TCP port (`metrics.worker_port`); 0 lets the operating system pick one. */
+  /** TCP port (`metrics.port`); 0 lets the operating system pick one. */
   readonly port: number;
   /** The one path served (`metrics.path`). */
   readonly path: string;

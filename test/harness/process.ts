@@ -60,7 +60,7 @@ export function startScriptProcess(
       _TAPJS_PROCESSINFO_COVERAGE_: '0',
       // Worker processes of parallel tests must not fight over the default
       // metrics port; a test that cares sets its own.
-      METRICS__WORKER_PORT: '0',
+      METRICS__PORT: '0',
       ...env,
     },
     stdio: ['pipe', 'pipe', 'pipe'],
