@@ -372,6 +372,8 @@ void t.test(
     const env = {
       PATH: process.env['PATH'] ?? '/usr/bin:/bin',
       HOME: process.env['HOME'] ?? '/tmp',
+      // A child's coverage would be merged into this run's and corrupt it.
+      _TAPJS_PROCESSINFO_COVERAGE_: '0',
     };
     const bad = spawnSync(
       process.execPath,

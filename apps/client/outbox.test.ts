@@ -220,7 +220,11 @@ void t.test(
        catch (e) { console.log(e.message); }`,
         file,
       ],
-      { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] },
+      {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', _TAPJS_PROCESSINFO_COVERAGE_: '0' },
+      },
     );
     t.equal(other.stdout.trim(), 'database is locked', 'another process is locked out');
     outbox.close();

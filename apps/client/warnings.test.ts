@@ -40,7 +40,12 @@ void t.test('in a child process the SQLite warning is gone and others remain', (
     {
       encoding: 'utf8',
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', HOME: process.env['HOME'] ?? '/tmp' },
+      env: {
+        PATH: process.env['PATH'] ?? '/usr/bin:/bin',
+        HOME: process.env['HOME'] ?? '/tmp',
+        // A child's coverage would be merged into this run's and corrupt it.
+        _TAPJS_PROCESSINFO_COVERAGE_: '0',
+      },
     },
   );
   t.equal(child.status, 0, child.stderr);
