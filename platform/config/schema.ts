@@ -295,7 +295,7 @@ export const ConfigSchema = Type.Object(
       rate_limit_max: integer({
         default: 100,
         description:
-          'Requests one principal (or, for anonymous calls, one client address) may make per window. Counters live in each process, so the limit applies per instance.',
+          'Requests one principal may make per window, and one client address for every request without a valid token (anonymous calls, refused tokens, unknown paths, the API document, the metrics route; /healthz and /readyz are exempt). Counters live in each process, so the limit applies per instance.',
         minimum: 1,
       }),
       rate_limit_window: duration({
