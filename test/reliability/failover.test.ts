@@ -31,7 +31,7 @@ import path from 'node:path';
 import t from 'tap';
 import type { Test } from 'tap';
 import { Outbox, type Intent } from '../../apps/client/outbox.js';
-import { CLEANUP_TASK } from '../../modules/sync/jobs/cleanup.js';
+import { CLEANUP_TASK } from '../../modules/sync/index.js';
 import { installWorkerSchema } from '../../platform/jobs/index.js';
 import { runMigrations } from '../../platform/migrate/index.js';
 import { createSql, type Sql } from '../../platform/pg/client.js';
