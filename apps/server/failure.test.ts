@@ -80,6 +80,15 @@ void t.test('what a real PostgreSQL answers is named in one line', async (t) => 
     'cannot reach the embedded PostgreSQL: connect ECONNREFUSED\n',
   );
   t.equal(
+    describeFailure(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }), {
+      databaseUrl:
+        'postgres://app:pw@10.0.0.1:5432,10.0.0.2:5433/app?target_session_attrs=read-write',
+      httpPort: 3000,
+    }).text,
+    'cannot reach PostgreSQL at 10.0.0.1:5432,10.0.0.2:5433 (database.url): connect ECONNREFUSED\n',
+    'a host list is named whole',
+  );
+  t.equal(
     describeFailure(Object.assign(new Error('listen EADDRINUSE'), { code: 'EADDRINUSE' }), embedded)
       .text,
     'an address is in use: listen EADDRINUSE\n',

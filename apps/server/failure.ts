@@ -8,6 +8,7 @@
 import { ConfigError } from '../../platform/config/index.js';
 import { EmbeddedInUseError, EmbeddedStartError } from '../../platform/pg/embedded.js';
 import { ServerVersionError } from '../../platform/pg/client.js';
+import { parsePostgresUrl } from '../../platform/pg/database.js';
 import { UsageError } from './cli.js';
 
 /** Exit status for a command line or configuration the server cannot use. */
@@ -60,8 +61,7 @@ const CONNECTION_CODES = new Set([
 function databaseName(context: FailureContext): string {
   if (context.databaseUrl === undefined) return 'the embedded PostgreSQL';
   try {
-    const url = new URL(context.databaseUrl);
-    return `PostgreSQL at ${url.host}`;
+    return `PostgreSQL at ${parsePostgresUrl('database.url', context.databaseUrl).hosts.join(',')}`;
   } catch {
     return 'PostgreSQL (database.url)';
   }

@@ -32,6 +32,48 @@ void t.test('an unknown flag is refused with the usage', async (t) => {
   t.match(p.stderr(), /Usage:/);
 });
 
+void t.test(
+  'a database.url with a host list: the api role starts on it; the worker role and migrations refuse it in one line',
+  async (t) => {
+    const db = await testDatabase(t);
+    // The first host refuses connections; postgres.js moves on to the next.
+    const closed = net.createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const closedPort = (closed.address() as net.AddressInfo).port;
+    await new Promise<void>((resolve) => {
+      closed.close(() => {
+        resolve();
+      });
+    });
+    const one = new URL(db.appUrl);
+    const hosts = `127.0.0.1:${String(closedPort)},${one.host}`;
+    const list = `postgres://${one.username}:${one.password}@${hosts}${one.pathname}?target_session_attrs=read-write`;
+
+    const api = startServerProcess(['--role', 'api'], { DATABASE__URL: list, HTTP__PORT: '0' });
+    t.teardown(() => api.child.kill('SIGKILL'));
+    const listening = await api.waitForLine((l) => l['msg'] === 'listening');
+    const res = await fetch(`${listening['address'] as string}/readyz`);
+    t.equal(res.status, 200, 'the api role reached PostgreSQL through the host list');
+    api.child.kill('SIGTERM');
+    t.equal(await api.exited, 0);
+
+    const refusal = (key: string, who: string): string =>
+      `Invalid configuration: ${key} names 2 hosts (${hosts}), but ${who} connects with node-postgres, which takes one host: give ${key} one address that follows the primary (a virtual IP or a proxy)\n`;
+    for (const role of ['worker', 'all']) {
+      const p = startServerProcess(['--role', role], { DATABASE__URL: list, HTTP__PORT: '0' });
+      t.equal(await p.exited, 2, `role ${role} is refused as a configuration error`);
+      t.equal(p.stderr(), refusal('database.url', `the ${role} role's job queue`), 'in one line');
+    }
+    const migrate = startServerProcess(['migrate'], {
+      DATABASE__URL: db.appUrl,
+      DATABASE__OWNER_URL: list,
+      LOG__LEVEL: 'fatal',
+    });
+    t.equal(await migrate.exited, 2, 'migrate is refused as a configuration error');
+    t.equal(migrate.stderr(), refusal('database.owner_url', 'migrations'), 'in one line');
+  },
+);
+
 void t.test('migrate needs the owner URL when the database URL is set', async (t) => {
   const db = await testDatabase(t);
   const p = startServerProcess(['migrate'], { DATABASE__URL: db.appUrl, LOG__LEVEL: 'warn' });

@@ -47,7 +47,14 @@ async function serve(
   config: Config,
   logger: Logger,
 ): Promise<void> {
-  const target = await openDatabase(config.database);
+  // graphile-worker (roles worker and all) and migrations connect with
+  // node-postgres, which takes one host; postgres.js takes a host list.
+  const target = await openDatabase(config.database, {
+    singleHost: {
+      ...(command.role === 'api' ? {} : { url: `the ${command.role} role's job queue` }),
+      ...(command.migrate ? { owner_url: 'migrations' } : {}),
+    },
+  });
   let app: App | undefined;
   let stopping = false;
   const shutdown = async (signal: string): Promise<void> => {
@@ -181,7 +188,10 @@ async function main(argv: readonly string[]): Promise<void> {
     process.exit(1);
   });
   if (command.kind === 'migrate') {
-    const target = await openDatabase(config.database, { shareRunning: true });
+    const target = await openDatabase(config.database, {
+      shareRunning: true,
+      singleHost: { owner_url: 'migrations' },
+    });
     try {
       await migrate(target, logger);
     } finally {

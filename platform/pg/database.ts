@@ -7,6 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { ConfigError } from '../config/index.js';
 import { createSql } from './client.js';
 import { EmbeddedPostgres } from './embedded.js';
 import { ensureDatabase, ensureLoginRole, type RoleSpec } from './roles.js';
@@ -51,6 +52,14 @@ export interface OpenDatabaseOptions {
    * shares: the one that starts the embedded server is the one that stops it.
    */
   readonly shareRunning?: boolean;
+  /**
+   * The URLs node-postgres will connect with, each mapped to who uses it
+   * (for the message): graphile-worker (roles `worker` and `all`) uses
+   * `database.url`, migrations use `database.owner_url`. node-postgres takes
+   * one host, so a host list there is refused at start; postgres.js (every
+   * other pool) takes the list.
+   */
+  readonly singleHost?: { readonly url?: string; readonly owner_url?: string };
 }
 
 /**
@@ -58,10 +67,12 @@ export interface OpenDatabaseOptions {
  * configured (or, with `shareRunning`, using the one already running there).
  *
  * @param settings the `database` group of the configuration.
- * @param options whether a running embedded server may be shared.
+ * @param options whether a running embedded server may be shared, and which
+ *   URLs must name one host.
  * @returns the target; call `close()` at shutdown.
  * @throws Error when `database.url` is not a postgres URL or the embedded
- *   server cannot start; EmbeddedInUseError when another process holds it.
+ *   server cannot start; EmbeddedInUseError when another process holds it;
+ *   ConfigError when a URL named in `options.singleHost` has several hosts.
  */
 export async function openDatabase(
   settings: DatabaseSettings,
@@ -70,6 +81,11 @@ export async function openDatabase(
   if (settings.url !== '') {
     const appRole = roleOf('database.url', settings.url);
     if (settings.owner_url !== '') roleOf('database.owner_url', settings.owner_url);
+    const { url: worker, owner_url: migrations } = options.singleHost ?? {};
+    if (worker !== undefined) assertSingleHost('database.url', settings.url, worker);
+    if (migrations !== undefined && settings.owner_url !== '') {
+      assertSingleHost('database.owner_url', settings.owner_url, migrations);
+    }
     return {
       appUrl: settings.url,
       ownerUrl: settings.owner_url === '' ? undefined : settings.owner_url,
@@ -122,20 +138,88 @@ export async function openDatabase(
 }
 
 function roleOf(key: string, url: string): string {
+  return parsePostgresUrl(key, url).user;
+}
+
+/** A postgres:// URL taken apart the way postgres.js reads it. */
+export interface PostgresUrl {
+  /** The hosts as written, in order: `host` or `host:port` (IPv6 in brackets). */
+  readonly hosts: readonly string[];
+  /** The user, decoded. */
+  readonly user: string;
+  /** The URL with its first host in place of the host list (user, password, database, parameters). */
+  readonly url: URL;
+}
+
+/**
+ * Reads a PostgreSQL connection URL that may name several hosts
+ * (`postgres://u:p@h1:5432,h2:5433/db?target_session_attrs=read-write`), as
+ * postgres.js does: the host list between the last `@` of the authority and
+ * the path is split at its commas, and the rest is parsed as a URL with the
+ * first host in place of the list (the WHATWG URL parser takes one host).
+ *
+ * @param key the configuration key, for messages.
+ * @param url the URL.
+ * @returns its hosts, user and the rest.
+ * @throws Error starting `Invalid configuration:` naming the key when it is
+ *   not a URL, not postgres:// or postgresql://, names no user, or has an
+ *   empty entry in its host list.
+ */
+export function parsePostgresUrl(key: string, url: string): PostgresUrl {
+  const notUrl = (): Error => new Error(`Invalid configuration: ${key} is not a URL`);
+  const scheme = /^([a-z][a-z0-9+.-]*:)\/\//i.exec(url);
+  if (scheme === null) throw notUrl();
+  const protocol = (scheme[1] ?? '').toLowerCase();
+  if (protocol !== 'postgres:' && protocol !== 'postgresql:') {
+    throw new Error(
+      `Invalid configuration: ${key} must be a postgres:// URL, got protocol "${protocol}"`,
+    );
+  }
+  const start = scheme[0].length;
+  const end = url.slice(start).search(/[/?#]/);
+  const authority = end === -1 ? url.slice(start) : url.slice(start, start + end);
+  const at = authority.lastIndexOf('@');
+  const hostList = authority.slice(at + 1);
+  const hosts = hostList.split(',');
+  if (hosts.some((h) => h === '')) {
+    throw new Error(
+      `Invalid configuration: ${key} has an empty entry in its host list "${hostList}"`,
+    );
+  }
   let parsed: URL;
   try {
-    parsed = new URL(url);
-  } catch {
-    throw new Error(`Invalid configuration: ${key} is not a URL`);
-  }
-  if (parsed.protocol !== 'postgres:' && parsed.protocol !== 'postgresql:') {
-    throw new Error(
-      `Invalid configuration: ${key} must be a postgres:// URL, got protocol "${parsed.protocol}"`,
+    parsed = new URL(
+      url.slice(0, start + at + 1) + (hosts[0] ?? '') + url.slice(start + authority.length),
     );
+    // Every other host must be one the URL parser takes too.
+    for (const h of hosts.slice(1)) new URL(`postgres://${h}`);
+  } catch {
+    throw notUrl();
   }
   const user = decodeURIComponent(parsed.username);
   if (user === '') throw new Error(`Invalid configuration: ${key} must name a user`);
-  return user;
+  return { hosts, user, url: parsed };
+}
+
+/**
+ * Refuses a host list in a URL that node-postgres connects with
+ * (graphile-worker, graphile-migrate): it takes one host, and reads a list
+ * as a host name that does not resolve, or fails on it as an invalid URL.
+ */
+function assertSingleHost(
+  key: 'database.url' | 'database.owner_url',
+  url: string,
+  who: string,
+): void {
+  const { hosts } = parsePostgresUrl(key, url);
+  if (hosts.length === 1) return;
+  throw new ConfigError([
+    {
+      key,
+      source: 'configuration',
+      message: `${key} names ${String(hosts.length)} hosts (${hosts.join(',')}), but ${who} connects with node-postgres, which takes one host: give ${key} one address that follows the primary (a virtual IP or a proxy)`,
+    },
+  ]);
 }
 
 async function embeddedRoles(
