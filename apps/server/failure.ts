@@ -33,7 +33,7 @@ export interface FailureContext {
   readonly databaseUrl: string | undefined;
   /** `http.port`, when the command listens. */
   readonly httpPort: number | undefined;
-  /** `metrics.port`, when the command listens for the worker's metrics. */
+  /** `metrics.port`, when the command serves metrics on a listener of its own. */
   readonly metricsPort?: number | undefined;
 }
 

@@ -303,23 +303,31 @@ void t.test('If-None-Match with the current ETag is 304 on a read', async (t) =>
 });
 
 /** Sends raw bytes on a fresh connection and collects the answer until the server closes. */
-async function raw(port: number, bytes: string): Promise<string> {
+async function raw(port: number, bytes: string, deadlineMs?: number): Promise<string> {
   const socket = net.connect(port, '127.0.0.1');
   let answer = '';
+  const seen = { ended: false };
   socket.on('data', (d: Buffer) => (answer += d.toString('latin1')));
   socket.on('error', () => undefined);
+  socket.on('end', () => (seen.ended = true));
+  // With a deadline: the answer ends in NUL + "closed" when the server
+  // closed the connection before it, so a test can tell.
+  const timer =
+    deadlineMs === undefined ? undefined : setTimeout(() => socket.destroy(), deadlineMs);
   socket.write(bytes);
   await new Promise((resolve) => socket.on('close', resolve));
-  return answer;
+  clearTimeout(timer);
+  return deadlineMs !== undefined && seen.ended ? `${answer}\u0000closed` : answer;
 }
 
 void t.test('framing a front proxy may read otherwise is refused with a problem', async (t) => {
   const { app, runs } = await server(t);
   await app.listen({ host: '127.0.0.1', port: 0 });
   const port = (app.server.address() as net.AddressInfo).port;
+  // No Connection: close from the client: the server must close by itself.
   const post = (head: string, body = '{}') =>
     `POST /api/v1/echo HTTP/1.1\r\n${head}Content-Type: application/json\r\n` +
-    `Authorization: Bearer alice\r\nConnection: close\r\n\r\n${body}`;
+    `Authorization: Bearer alice\r\n\r\n${body}`;
   for (const [name, bytes, pointer, code] of [
     ['no Host', post('Content-Length: 2\r\n'), '#header/Host', 'required'],
     [
@@ -341,11 +349,33 @@ void t.test('framing a front proxy may read otherwise is refused with a problem'
       'malformed_request',
     ],
     ['CONNECT', 'CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\n\r\n', '#method', 'unsupported'],
+    [
+      'HTTP/1.0 with a transfer coding (review)',
+      post('Transfer-Encoding: chunked\r\n', '2\r\n{}\r\n0\r\n\r\n').replace(
+        'HTTP/1.1',
+        'HTTP/1.0',
+      ),
+      '#header/Transfer-Encoding',
+      'unsupported',
+    ],
+    [
+      'two Host headers on a path the router cannot read (review)',
+      'GET /%zz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n',
+      '#header/Host',
+      'duplicate',
+    ],
+    [
+      'a transfer coding on a path the router cannot read (review)',
+      'POST /%zz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n',
+      '#header/Transfer-Encoding',
+      'unsupported',
+    ],
   ] as const) {
-    const answer = await raw(port, bytes);
+    const answer = await raw(port, bytes, 3000);
+    t.ok(answer.endsWith('\u0000closed'), `${name}: the server closed the connection`);
     t.match(answer, /^HTTP\/1\.1 400 /, `${name}: 400`);
     t.match(answer, /\r\ncorrelation-id: [0-9a-f-]{36}\r\n/i, `${name}: a correlation id`);
-    const body = answer.slice(answer.indexOf('\r\n\r\n') + 4);
+    const body = answer.slice(answer.indexOf('\r\n\r\n') + 4).replace('\u0000closed', '');
     t.match(
       JSON.parse(body),
       { code: 'validation_failed', errors: [{ pointer, code }] },
@@ -353,11 +383,11 @@ void t.test('framing a front proxy may read otherwise is refused with a problem'
     );
   }
   t.equal(runs.n, 0, 'no handler ran');
-  const fine = await raw(port, post('Host: x\r\nContent-Length: 2\r\n'));
+  const fine = await raw(port, post('Host: x\r\nContent-Length: 2\r\nConnection: close\r\n'));
   t.match(fine, /^HTTP\/1\.1 200 /, 'a plain request is served');
   const chunked = await raw(
     port,
-    post('Host: x\r\nTransfer-Encoding: chunked\r\n', '2\r\n{}\r\n0\r\n\r\n'),
+    post('Host: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n', '2\r\n{}\r\n0\r\n\r\n'),
   );
   t.match(chunked, /^HTTP\/1\.1 200 /, 'chunked alone is served');
 });
@@ -374,4 +404,152 @@ void t.test('a connection with too many requests awaiting answers is closed', as
   // Within the limit, pipelining works.
   const two = await raw(port, one + one.replace('\r\n\r\n', '\r\nConnection: close\r\n\r\n'));
   t.equal(two.split('HTTP/1.1 200').length - 1, 2, 'two pipelined requests are both answered');
+});
+
+void t.test('a CONNECT whose client resets at once crashes nothing (review)', async (t) => {
+  const { app } = await server(t);
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const port = (app.server.address() as net.AddressInfo).port;
+  const uncaught: unknown[] = [];
+  const onUncaught = (err: unknown) => uncaught.push(err);
+  process.on('uncaughtException', onUncaught);
+  t.teardown(() => process.off('uncaughtException', onUncaught));
+  for (let i = 0; i < 50; i++) {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.on('error', () => undefined);
+    socket.write('CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\n\r\n');
+    socket.resetAndDestroy();
+  }
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  t.same(uncaught, [], 'no uncaught error');
+  const res = await app.inject({ method: 'GET', url: '/healthz' });
+  t.equal(res.statusCode, 200, 'still serving');
+});
+
+void t.test('Allow names only methods whose route would take the path (review)', async (t) => {
+  const { app } = await server(t);
+  const long = 'x'.repeat(200);
+  const res = await app.inject({ method: 'PUT', url: `/api/v1/things/${long}` });
+  t.equal(res.statusCode, 404, 'a parameter over the router limit matches no route');
+  t.equal(res.headers['allow'], undefined);
+});
+
+void t.test('after the limit of refused tokens, no token is looked up (review)', async (t) => {
+  const looked = { n: 0 };
+  const app = await createHttpServer({
+    logger: createLogger({ appName: 'svc', level: 'silent' }),
+    bodyLimit: 4096,
+    readiness: () => Promise.resolve(),
+    appName: 'svc',
+    apiVersion: '1',
+    authenticator: {
+      authenticate: (token) => {
+        looked.n++;
+        return authenticator.authenticate(token, new Date());
+      },
+    },
+    clock: new ManualClock('2026-03-01T12:00:00Z'),
+    rateLimit: { max: 3, windowMs: 60_000 },
+    metrics: new InMemoryMetrics(),
+  });
+  app.get('/api/v1/who', () => Promise.resolve({ ok: true }));
+  await app.ready();
+  t.teardown(() => app.close());
+  const get = (token: string, remoteAddress: string) =>
+    app.inject({
+      method: 'GET',
+      url: '/api/v1/who',
+      headers: { authorization: `Bearer ${token}` },
+      remoteAddress,
+    });
+  const statuses = [];
+  for (let i = 0; i < 10; i++) statuses.push((await get('mallory', '10.1.0.1')).statusCode);
+  t.same(statuses, [401, 401, 401, 429, 429, 429, 429, 429, 429, 429]);
+  t.equal(looked.n, 3, 'only the guesses within the limit were looked up');
+  const valid = await get('alice', '10.1.0.1');
+  t.equal(valid.statusCode, 429, 'a valid token from that address learns nothing either');
+  t.equal(looked.n, 3);
+  t.ok(Number(valid.headers['retry-after']) >= 1, 'with Retry-After');
+  t.equal((await get('alice', '10.1.0.2')).statusCode, 200, 'another address is served');
+  // IPv6 addresses of one /64 share a bucket.
+  const v6 = [];
+  for (let i = 1; i <= 5; i++) v6.push((await get('mallory', `2001:db8::${String(i)}`)).statusCode);
+  t.same(v6, [401, 401, 401, 429, 429], 'one /64, one bucket');
+});
+
+void t.test('a request whose client left before its body was read is finished', async (t) => {
+  // The client goes away while the authentication lookup is pending.
+  let release: () => void = () => undefined;
+  const pending = new Promise<void>((resolve) => (release = resolve));
+  const app = await createHttpServer({
+    logger: createLogger({ appName: 'svc', level: 'silent' }),
+    bodyLimit: 4096,
+    readiness: () => Promise.resolve(),
+    appName: 'svc',
+    apiVersion: '1',
+    authenticator: {
+      authenticate: async (token) => {
+        await pending;
+        return authenticator.authenticate(token, new Date());
+      },
+    },
+    clock: new ManualClock('2026-03-01T12:00:00Z'),
+    rateLimit: { max: 1000, windowMs: 60_000 },
+    metrics: new InMemoryMetrics(),
+  });
+  // onSend, not onResponse: an answer to a closed socket never finishes.
+  const finished: number[] = [];
+  app.addHook('onSend', (_req, reply, payload, done) => {
+    finished.push(reply.statusCode);
+    done(null, payload);
+  });
+  app.post('/api/v1/echo', { config: { idempotent: false } }, (req) =>
+    Promise.resolve({ got: req.body }),
+  );
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  t.teardown(() => app.close());
+  const port = (app.server.address() as net.AddressInfo).port;
+  const socket = net.connect(port, '127.0.0.1');
+  socket.on('error', () => undefined);
+  socket.write(
+    'POST /api/v1/echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice\r\n' +
+      'Content-Type: application/json\r\nContent-Length: 10\r\n\r\n{"a"',
+  );
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  socket.destroy();
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  release();
+  const deadline = Date.now() + 3000;
+  while (finished.length === 0 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  t.same(finished, [400], 'answered (to nobody), not left hanging');
+});
+
+void t.test('a flood of readiness probes is one check a second (review)', async (t) => {
+  const checks = { n: 0 };
+  const app = await createHttpServer({
+    logger: createLogger({ appName: 'svc', level: 'silent' }),
+    bodyLimit: 4096,
+    readiness: async () => {
+      checks.n++;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    },
+    appName: 'svc',
+    apiVersion: '1',
+    authenticator,
+    clock: new ManualClock('2026-03-01T12:00:00Z'),
+    rateLimit: { max: 10, windowMs: 60_000 },
+    metrics: new InMemoryMetrics(),
+  });
+  await app.ready();
+  t.teardown(() => app.close());
+  const answers = await Promise.all(
+    Array.from({ length: 50 }, () => app.inject({ method: 'GET', url: '/readyz' })),
+  );
+  t.ok(
+    answers.every((a) => a.statusCode === 200),
+    'all ready, none rate limited',
+  );
+  t.equal(checks.n, 1, 'one check for all of them');
 });

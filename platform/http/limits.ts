@@ -60,6 +60,7 @@ export function pipeliningGuard(max: number): onRequestHookHandler {
     const socket = req.raw.socket;
     const n = (waiting.get(socket) ?? 0) + 1;
     if (n > max) {
+      req.log.info({ waiting: n - 1 }, 'pipelining limit: connection closed');
       // Fastify runs no further hook, handler or answer for a hijacked reply.
       reply.hijack();
       socket.destroy();

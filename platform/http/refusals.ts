@@ -35,7 +35,8 @@ function framingProblem(detail: string, pointer: string, code: string): AppError
  * parser takes `HTTP/2.0` as a request line), an HTTP/1.1 request without
  * `Host` or with two (Node.js keeps the first), and a `Transfer-Encoding`
  * other than `chunked` alone (Node.js reads `gzip, chunked` as plain
- * chunked bytes).
+ * chunked bytes), or any in an HTTP/1.0 request. Run by the server's first
+ * hooks and by its answer to a path the router cannot read.
  *
  * @param req the raw request.
  * @returns the problem to answer, or undefined when the framing is plain.
@@ -52,7 +53,12 @@ export function framingRefusal(req: IncomingMessage): AppError | undefined {
     return framingProblem('Send one Host header, not several.', '#header/Host', 'duplicate');
   }
   const coding = req.headers['transfer-encoding'];
-  if (coding !== undefined && coding.trim().toLowerCase() !== 'chunked') {
+  // HTTP/1.0 has no transfer codings: a 1.0 message that names one has
+  // faulty framing (RFC 9112 section 6.1), a classic smuggling shape.
+  if (
+    coding !== undefined &&
+    (coding.trim().toLowerCase() !== 'chunked' || req.httpVersionMinor === 0)
+  ) {
     return framingProblem(
       'The only transfer coding this server reads is chunked, alone.',
       '#header/Transfer-Encoding',
@@ -88,13 +94,19 @@ const METHODS = ['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT'] as 
  *
  * @param router the Fastify instance (its `findRoute`).
  * @param url the request URL as received (a query is ignored).
+ * @param maxParamLength the router's longest path parameter (Fastify's `maxParamLength`).
  * @returns the methods, in alphabetical order.
  */
 export function allowedMethods(
   router: { findRoute(options: { method: string; url: string }): unknown },
   url: string,
+  maxParamLength: number,
 ): string[] {
   const path = url.split('?', 1)[0] ?? '';
+  // The router reports a path parameter over its length limit as a match
+  // (of its own refusal, not of the route), which that route would answer
+  // with 400: a segment that long names no method to allow (review).
+  if (path.split('/').some((segment) => segment.length > maxParamLength)) return [];
   return METHODS.filter((method) => router.findRoute({ method, url: path }) !== null);
 }
 
@@ -167,6 +179,12 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): 
  * @param appError the problem.
  */
 function writeRawProblem(socket: Duplex, appError: AppError): void {
+  // A socket handed over by Node.js (CONNECT) has lost the server's error
+  // listener: a client that resets while the answer is written would crash
+  // the process (found by review).
+  socket.on('error', () => {
+    socket.destroy();
+  });
   const { id, body } = rawProblem(appError);
   socket.end(
     `HTTP/1.1 ${String(appError.status)} ${STATUS_CODES[appError.status] ?? ''}\r\n` +

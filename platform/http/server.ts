@@ -11,7 +11,7 @@ import Fastify, {
   type FastifyReply,
   type FastifyRequest,
 } from 'fastify';
-import rateLimit from '@fastify/rate-limit';
+import rateLimit, { normalizeIP } from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
@@ -22,7 +22,7 @@ import type { Metrics } from '../../kernel/metrics/index.js';
 import { isUuid, newId } from '../../kernel/ids/index.js';
 import { currentContext, newRequestContext, runWithContext } from '../../kernel/context/index.js';
 import { problem, type AppError } from '../../kernel/errs/index.js';
-import { authenticationHook } from './auth.js';
+import { authenticationHook, authModeOf } from './auth.js';
 import type { Exposition } from '../metrics/index.js';
 import {
   documentKeyedRoute,
@@ -65,7 +65,10 @@ export interface HttpServerOptions {
   readonly logger: FastifyBaseLogger;
   /** Default body limit in bytes (`http.body_limit`). */
   readonly bodyLimit: number;
-  /** Resolves when the database is reachable; rejects otherwise (`/readyz`). */
+  /**
+   * Resolves when the database is reachable; rejects otherwise (`/readyz`).
+   * Called at most once a second: probes in between share the last check.
+   */
   readonly readiness: () => Promise<void>;
   /** The service name (`app.name`): the API document's title. */
   readonly appName: string;
@@ -90,9 +93,9 @@ export interface HttpServerOptions {
    */
   readonly idempotency?: IdempotencyStage;
   /**
-   * The metrics route (`metrics.enabled`, `metrics.path`): a scrape, without
-   * authentication or rate limit, hidden from the API document. Without it
-   * no such route exists.
+   * The metrics route (`metrics.enabled`, `metrics.listener` api,
+   * `metrics.path`): a scrape, without authentication, rate limited by
+   * address, hidden from the API document. Without it no such route exists.
    */
   readonly metricsRoute?: {
     /** Where it is served, e.g. `/metrics`. */
@@ -151,6 +154,50 @@ export function correlationIdOf(req: {
 }
 
 /**
+ * The `429 rate_limited` problem, with Retry-After.
+ *
+ * @param ttlMs how long until the window ends.
+ * @returns the problem.
+ */
+function rateLimited(ttlMs: number): AppError {
+  return problem('rate_limited', 'Too many requests; slow down.', {
+    retryAfterSeconds: Math.max(1, Math.ceil(ttlMs / 1000)),
+    hint: 'Wait for the time in Retry-After, then repeat the request (with the same Idempotency-Key, if any).',
+  });
+}
+
+/**
+ * Shares one run of a check between callers: while it runs, and for a
+ * while after it settled, callers get its outcome.
+ *
+ * @param ms how long a settled outcome is reused.
+ * @param check the check.
+ * @returns a function with the check's outcome, shared.
+ */
+function sharedFor(ms: number, check: () => Promise<void>): () => Promise<void> {
+  let last: { at: number; outcome: Promise<void> } | undefined;
+  return () => {
+    const now = performance.now();
+    if (last === undefined || now - last.at >= ms) {
+      const outcome = check();
+      const entry = { at: Number.POSITIVE_INFINITY, outcome };
+      // Fresh until it settles, then for ms more.
+      const settle = () => {
+        entry.at = performance.now();
+      };
+      outcome.then(settle, settle);
+      last = entry;
+    }
+    return last.outcome;
+  };
+}
+
+/** Whether an authentication refusal is a 401 (a token refused), not a fault. */
+function isUnauthenticated(refusal: Error | undefined): boolean {
+  return (refusal as { code?: unknown } | undefined)?.code === 'unauthenticated';
+}
+
+/**
  * Creates the server with the cross-cutting stages registered in the order of
  * docs/architecture/overview.md (correlation, routing, authentication, rate
  * limit; the idempotency plugin and validation come per route). Routes are
@@ -177,13 +224,17 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     http: { requireHostHeader: false },
     // What the router refuses before routing (a bad percent escape, a path
     // parameter over 100 characters) is a problem like any other refusal.
+    // No hook runs for these, so the framing is checked here too, and the
+    // connection is closed: the request is malformed either way (review).
     frameworkErrors: (error, req, reply) => {
       reply.header('correlation-id', req.id);
+      reply.header('connection', 'close');
       const path = { errors: [{ pointer: '#path', code: 'invalid' }] };
       const appError =
-        error.code === 'FST_ERR_BAD_URL' || error.code === 'FST_ERR_MAX_PARAM_LENGTH'
+        framingRefusal(req.raw) ??
+        (error.code === 'FST_ERR_BAD_URL' || error.code === 'FST_ERR_MAX_PARAM_LENGTH'
           ? problem('validation_failed', 'The request path is not valid.', path)
-          : toAppError(error);
+          : toAppError(error));
       void sendProblem(reply, appError, req.id);
     },
   }).withTypeProvider<TypeBoxTypeProvider>();
@@ -229,6 +280,22 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     runWithContext(newRequestContext(req.id), done);
   });
 
+  // A client that left while an earlier stage waited (the token lookup)
+  // has a request whose body will never arrive and whose stream will emit
+  // nothing more: the body reader would wait forever, the request never
+  // finished. It is answered (to nobody) as a client that went away.
+  app.addHook('preParsing', (req, _reply, payload, done) => {
+    if (req.raw.destroyed && !req.raw.complete) {
+      done(
+        Object.assign(new Error('the request closed before its body was read'), {
+          code: 'ERR_STREAM_PREMATURE_CLOSE',
+        }),
+      );
+      return;
+    }
+    done(null, payload);
+  });
+
   // Every answer, a problem or a replay included, passes onSend: the one
   // place where no route or plugin can reset the header away. API answers
   // carry principals' data and one-time secrets (a new token); probes say
@@ -248,15 +315,19 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     enableDraftSpec: true,
     keyGenerator: (req) => {
       const actor = currentContext()?.actor;
-      return actor?.kind === 'principal' ? `principal:${actor.principalId}` : `address:${req.ip}`;
+      return actor?.kind === 'principal'
+        ? `principal:${actor.principalId}`
+        : `address:${normalizeIP(req.ip)}`;
     },
-    errorResponseBuilder: (_req, context) =>
-      problem('rate_limited', 'Too many requests; slow down.', {
-        retryAfterSeconds: Math.max(1, Math.ceil(context.ttl / 1000)),
-        hint: 'Wait for the time in Retry-After, then repeat the request (with the same Idempotency-Key, if any).',
-      }),
+    errorResponseBuilder: (_req, context) => rateLimited(context.ttl),
   });
   const limit = app.rateLimit();
+  // Refused tokens per address, a bucket of its own: once it is full, a
+  // request with a token is refused before any lookup, so guessing costs
+  // the database nothing and a valid guess is not told apart by its answer.
+  const refusedTokens = app.createRateLimit({
+    keyGenerator: (req) => `refused:${normalizeIP(req.ip)}`,
+  });
 
   // Stages 3 and 4, authentication then rate limit, in one app-level hook,
   // so they run before every route-level onRequest hook. A refused token is
@@ -266,11 +337,18 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   // false) are exempt: a load balancer polls from one address.
   const authenticate = authenticationHook(options.authenticator, options.clock);
   app.addHook('onRequest', async (req, reply) => {
+    const limited = req.routeOptions.config.rateLimit !== false;
+    const credentials = authModeOf(req) !== 'none' && req.headers.authorization !== undefined;
+    if (limited && credentials) {
+      const seen = await refusedTokens(req, { increment: false });
+      if (!seen.isAllowed && seen.remaining === 0) throw rateLimited(seen.ttl);
+    }
     const refusal = await authenticate(req).then(
       () => undefined,
       (err: unknown) => (err instanceof Error ? err : new Error(String(err))),
     );
-    if (req.routeOptions.config.rateLimit !== false) await limit.call(app, req, reply);
+    if (limited && credentials && isUnauthenticated(refusal)) await refusedTokens(req);
+    if (limited) await limit.call(app, req, reply);
     if (refusal !== undefined) throw refusal;
   });
 
@@ -343,7 +421,7 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   });
 
   app.setNotFoundHandler((req, reply) => {
-    const allow = allowedMethods(app, req.url);
+    const allow = allowedMethods(app, req.url, app.initialConfig.maxParamLength ?? 100);
     if (allow.length > 0) {
       return sendProblem(
         reply,
@@ -360,6 +438,10 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     );
   });
 
+  // The probes are not rate limited (a load balancer polls from one
+  // address), so a flood of them must not become a flood of queries: one
+  // check at a time, its result shared for a second.
+  const readiness = sharedFor(1000, options.readiness);
   app.get('/healthz', { config: { auth: 'none', rateLimit: false }, schema: { hide: true } }, () =>
     Promise.resolve({ status: 'ok' }),
   );
@@ -368,7 +450,7 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     { config: { auth: 'none', rateLimit: false }, schema: { hide: true } },
     async (req, reply) => {
       try {
-        await options.readiness();
+        await readiness();
         return { status: 'ready' };
       } catch (err) {
         req.log.warn({ err }, 'not ready');
