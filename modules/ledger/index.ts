@@ -15,7 +15,7 @@ import { PgTransferRepository } from './adapters/postgres/transfers.js';
 import { LedgerService } from './app/ledger-service.js';
 import { registerLedgerRoutes } from './http/routes.js';
 
-export { ACCOUNT_NAME_MAX, MAX_MINOR_UNITS } from './app/ledger-service.js';
+export { ACCOUNT_NAME_MAX, MAX_MINOR_UNITS, type LedgerService } from './app/ledger-service.js';
 
 /** What the ledger module is built from. */
 export interface LedgerDeps {
@@ -31,6 +31,11 @@ export interface LedgerDeps {
 export interface LedgerModule {
   /** What the composition root registers: name `ledger` and the /api/v1 routes. */
   readonly descriptor: ModuleDescriptor;
+  /**
+   * The use cases the routes call, over the PostgreSQL adapters: for
+   * callers without HTTP (the benchmark's in-process ceiling).
+   */
+  readonly service: LedgerService;
 }
 
 /**
@@ -38,7 +43,7 @@ export interface LedgerModule {
  *
  * @param deps database, unit of work and clock.
  * @returns the module descriptor (routes `/api/v1/accounts...` and
- *   `/api/v1/transfers...`; no tasks or cron items).
+ *   `/api/v1/transfers...`; no tasks or cron items) and its service.
  * @example
  * const ledger = createLedgerModule({ db, uow, clock });
  * const modules = [identity.descriptor, sync.descriptor, ledger.descriptor];
@@ -57,5 +62,6 @@ export function createLedgerModule(deps: LedgerDeps): LedgerModule {
         registerLedgerRoutes(app, ledger);
       },
     },
+    service: ledger,
   };
 }

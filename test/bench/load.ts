@@ -6,19 +6,24 @@
  */
 import http from 'node:http';
 import autocannon from 'autocannon';
-import { processCpuMicros, treeCpuMicros } from './proc.js';
+import { processCpuMicros, processWrites, treeCpuMicros } from './proc.js';
 
 /** One request as autocannon sends it. */
 export interface LoadRequest {
   readonly headers: Record<string, string>;
-  readonly body: string;
+  /** The body; none for a read. */
+  readonly body?: string;
+  /** POST unless given. */
+  readonly method?: 'GET' | 'POST';
+  /** The load's path unless given. */
+  readonly path?: string;
 }
 
 /** Settings of one measured load. */
 export interface LoadOptions {
   /** Base URL of the server, e.g. http://127.0.0.1:3000. */
   readonly url: string;
-  /** Path every request goes to (always POST). */
+  /** Path of every request that names none of its own. */
   readonly path: string;
   /** Concurrent connections. */
   readonly connections: number;
@@ -48,6 +53,12 @@ export interface LoadFigures {
   readonly nodeCpuUsPerRequest: number;
   /** PostgreSQL CPU (postmaster and backends) per request, in microseconds. */
   readonly pgCpuUsPerRequest: number;
+  /**
+   * Writes to PostgreSQL per request: the server's write system calls per
+   * request, less the one of its HTTP answer (the bench runs it at log
+   * level warn, so it writes no log lines).
+   */
+  readonly pgWritesPerRequest: number;
 }
 
 /**
@@ -60,6 +71,7 @@ export interface LoadFigures {
 export async function measure(options: LoadOptions): Promise<LoadFigures> {
   const node0 = processCpuMicros(options.serverPid);
   const pg0 = treeCpuMicros(options.postmasterPid);
+  const writes0 = processWrites(options.serverPid);
   const started = performance.now();
   let instance: autocannon.Instance | undefined;
   const finished = new Promise<autocannon.Result>((resolve, reject) => {
@@ -74,7 +86,13 @@ export async function measure(options: LoadOptions): Promise<LoadFigures> {
             path: options.path,
             setupRequest: (req) => {
               const r = options.next();
-              return { ...req, headers: { ...r.headers }, body: r.body };
+              return {
+                ...req,
+                method: r.method ?? 'POST',
+                path: r.path ?? options.path,
+                headers: { ...r.headers },
+                ...(r.body === undefined ? {} : { body: r.body }),
+              };
             },
           },
         ],
@@ -105,6 +123,7 @@ export async function measure(options: LoadOptions): Promise<LoadFigures> {
   const seconds = (performance.now() - started) / 1000;
   const node1 = processCpuMicros(options.serverPid);
   const pg1 = treeCpuMicros(options.postmasterPid);
+  const writes1 = processWrites(options.serverPid);
   const requests = result.requests.total;
   const statuses: Record<string, number> = {};
   for (const [code, stat] of Object.entries(result.statusCodeStats ?? {})) {
@@ -121,6 +140,7 @@ export async function measure(options: LoadOptions): Promise<LoadFigures> {
     statuses,
     nodeCpuUsPerRequest: requests === 0 ? 0 : (node1 - node0) / requests,
     pgCpuUsPerRequest: requests === 0 ? 0 : (pg1 - pg0) / requests,
+    pgWritesPerRequest: requests === 0 ? 0 : (writes1 - writes0) / requests - 1,
   };
 }
 
@@ -170,7 +190,7 @@ export async function burst(
             },
           );
           req.on('error', reject);
-          req.end(request.body);
+          req.end(request.body ?? '');
         }),
     ),
   );

@@ -100,3 +100,43 @@ export function postmasterPid(dataDir: string): number {
   if (!Number.isInteger(pid) || pid <= 0) throw new Error(`no postmaster pid in ${dataDir}`);
   return pid;
 }
+
+/** The system call counts of /proc/<pid>/io the benchmark reads. */
+export interface ProcIo {
+  /** Read system calls so far. */
+  readonly syscr: number;
+  /** Write system calls so far. */
+  readonly syscw: number;
+}
+
+/**
+ * Parses the text of /proc/<pid>/io.
+ *
+ * @param text the file's content (`name: value` lines).
+ * @returns the read and write system call counts.
+ * @throws Error when the text has no such counts.
+ */
+export function parseProcIo(text: string): ProcIo {
+  const value = (name: string) => Number(new RegExp(`^${name}: (\\d+)$`, 'm').exec(text)?.[1]);
+  const syscr = value('syscr');
+  const syscw = value('syscw');
+  if (!Number.isFinite(syscr) || !Number.isFinite(syscw)) {
+    throw new Error(`not a /proc io file: ${text.slice(0, 80)}`);
+  }
+  return { syscr, syscw };
+}
+
+/**
+ * Write system calls made so far by one process: a socket write is one
+ * send of a round trip to PostgreSQL (or one HTTP answer).
+ *
+ * @param pid the process.
+ * @returns its write system calls, or 0 when it is gone.
+ */
+export function processWrites(pid: number): number {
+  try {
+    return parseProcIo(fs.readFileSync(`/proc/${String(pid)}/io`, 'utf8')).syscw;
+  } catch {
+    return 0;
+  }
+}

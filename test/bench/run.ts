@@ -4,9 +4,12 @@
  * server (`serve --role api`) as a separate process on 127.0.0.1 and drives
  * the ledger transfer route with autocannon from this process:
  *
+ * 0. the in-process ceiling: the same transfer use case, unkeyed and keyed,
+ *    called by concurrent callers in this process with no HTTP (ceiling.ts);
  * 1. unkeyed transfers (the baseline: same route, same transaction);
  * 2. keyed transfers, a fresh key per request;
- * 3. replays of completed keys;
+ * 3. authenticated reads of a transfer (`GET /api/v1/transfers/{id}`), and
+ *    replays of completed keys, side by side;
  * 4. bursts of identical keyed requests (time until all answered, effects);
  * 5. keyed transfers with 1,000,000 keys stored (seeded with SQL);
  * 6. cleanup of 1,000,000 expired keys, alone and under keyed load;
@@ -20,6 +23,7 @@
  * (seeded keys, default 1000000), `--bursts N` (default 50), `--only
  * unkeyed,keyed` (run only these load scenarios; no targets are judged),
  * `--cpu-prof` (the servers write V8 CPU profiles to .bench-results/profiles).
+ * Every scenario also reports its writes to PostgreSQL per request.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
@@ -30,14 +34,16 @@ import { parseArgs } from 'node:util';
 import { systemClock } from '../../kernel/clock/index.js';
 import { newId } from '../../kernel/ids/index.js';
 import { InMemoryMetrics } from '../../kernel/metrics/index.js';
-import { createPrincipalWithToken } from '../../modules/identity/index.js';
+import { createIdentityModule, createPrincipalWithToken } from '../../modules/identity/index.js';
+import { createLedgerModule } from '../../modules/ledger/index.js';
 import { createSyncModule } from '../../modules/sync/index.js';
 import { loadConfig } from '../../platform/config/index.js';
 import { projectRoot, runMigrations } from '../../platform/migrate/index.js';
 import { createSql, type Sql } from '../../platform/pg/client.js';
 import { openDatabase } from '../../platform/pg/database.js';
 import { freePort } from '../../platform/pg/embedded.js';
-import { PgDatabase, PgUnitOfWork } from '../../platform/pg/uow.js';
+import { PgDatabase, PgUnitOfWork, unitOfWorkSettings } from '../../platform/pg/uow.js';
+import { runCeiling } from './ceiling.js';
 import { burst, measure, type LoadFigures, type LoadRequest } from './load.js';
 import { postmasterPid } from './proc.js';
 import {
@@ -172,6 +178,7 @@ function toScenario(id: string, label: string, f: LoadFigures): ScenarioFigures 
     errors: f.errors,
     nodeCpuUs: f.nodeCpuUsPerRequest,
     pgCpuUs: f.pgCpuUsPerRequest,
+    pgWrites: f.pgWritesPerRequest,
   };
 }
 
@@ -259,6 +266,51 @@ async function main(): Promise<void> {
 
     const auth = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
     const config = loadConfig({ env: { DATABASE__URL: target.appUrl } });
+    const scenarios: ScenarioFigures[] = [];
+
+    // The in-process ceiling, before the server starts: the same use case,
+    // unit of work, pool size and database, no HTTP.
+    if (wanted('ceiling')) {
+      const ceilingSql = createSql(target.appUrl, {
+        max: config.database.pool_max,
+        applicationName: 'bench-ceiling',
+      });
+      const ceilingDb = new PgDatabase(ceilingSql);
+      const ceilingUow = new PgUnitOfWork(ceilingDb, unitOfWorkSettings(config.database));
+      const deps = { db: ceilingDb, uow: ceilingUow, clock: systemClock };
+      const base = {
+        uow: ceilingUow,
+        authenticator: createIdentityModule(deps).authenticator,
+        ledger: createLedgerModule(deps).service,
+        store: createSyncModule({
+          ...deps,
+          metrics: new InMemoryMetrics(),
+          cleanupBatchSize: config.sync.idempotency_cleanup_batch_size,
+          cleanupPacing: config.sync.idempotency_cleanup_pacing,
+          cleanupIntervalMs: config.sync.idempotency_cleanup_interval,
+        }).store,
+        token,
+        nextBody: () => transferBody(accounts),
+        concurrency: CONNECTIONS,
+        ttlMs: config.sync.idempotency_key_ttl,
+        postmasterPid: pgPid,
+      };
+      for (const [id, label, keyed] of [
+        ['ceiling_unkeyed', 'in-process ceiling, unkeyed', false],
+        ['ceiling_keyed', 'in-process ceiling, keyed', true],
+      ] as const) {
+        await runCeiling({ ...base, keyed, seconds: WARMUP });
+        const windows: LoadFigures[] = [];
+        for (let i = 0; i < RUNS; i++) {
+          windows.push(await runCeiling({ ...base, keyed, seconds: SECONDS }));
+        }
+        windows.sort((a, b) => a.rps - b.rps);
+        log(`${label}: calls/s of the windows ${windows.map((w) => w.rps.toFixed(0)).join(', ')}`);
+        scenarios.push(toScenario(id, label, windows[Math.floor(windows.length / 2)]!));
+      }
+      await ceilingSql.end();
+    }
+
     const env = { DATABASE__URL: target.appUrl };
     const ours = await startServer('dist/apps/server/main.js', ['--role', 'api'], env);
     servers.push(ours);
@@ -309,7 +361,6 @@ async function main(): Promise<void> {
       return toScenario(id, label, windows[Math.floor(windows.length / 2)]!);
     };
 
-    const scenarios: ScenarioFigures[] = [];
     if (wanted('unkeyed')) {
       scenarios.push(await run('unkeyed', 'unkeyed (baseline)', unkeyed, ours, serverPid));
     }
@@ -317,23 +368,38 @@ async function main(): Promise<void> {
       scenarios.push(await run('keyed', 'keyed, fresh key', keyed, ours, serverPid));
     }
 
-    // Replays: completed keys made through the API, then replayed at random.
+    // Replays: completed keys made through the API, then replayed at random;
+    // beside them, authenticated reads of the same transfers.
     const replayable: LoadRequest[] = [];
-    for (let i = 0; wanted('replay') && i < REPLAY_KEYS; i += CONNECTIONS) {
+    const reads: LoadRequest[] = [];
+    const sideBySide = wanted('replay') || wanted('read');
+    for (let i = 0; sideBySide && i < REPLAY_KEYS; i += CONNECTIONS) {
       const made = await Promise.all(
         Array.from({ length: CONNECTIONS }, async () => {
           const r = keyed();
           const res = await fetch(`${ours.base}${TRANSFERS}`, {
             method: 'POST',
             headers: r.headers,
-            body: r.body,
+            ...(r.body === undefined ? {} : { body: r.body }),
           });
-          await res.arrayBuffer();
+          const created = (await res.json()) as { id: string };
           if (res.status !== 201) throw new Error(`replay set-up: ${String(res.status)}`);
-          return r;
+          return { replay: r, id: created.id };
         }),
       );
-      replayable.push(...made);
+      replayable.push(...made.map((m) => m.replay));
+      reads.push(
+        ...made.map((m): LoadRequest => ({
+          method: 'GET',
+          path: `${TRANSFERS}/${m.id}`,
+          headers: { authorization: `Bearer ${token}` },
+        })),
+      );
+    }
+    if (wanted('read')) {
+      scenarios.push(
+        await run('read', 'authenticated read of a transfer', () => pick(reads), ours, serverPid),
+      );
     }
     if (wanted('replay')) {
       scenarios.push(
