@@ -232,6 +232,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     headersTimeoutMs: config.http.headers_timeout,
     keepAliveTimeoutMs: config.http.keep_alive_timeout,
     maxConnections: config.http.max_connections,
+    socketTimeoutMs: config.http.socket_timeout,
   });
   for (const m of modules) await m.routes?.(http);
   await http.ready();

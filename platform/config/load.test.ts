@@ -15,6 +15,7 @@ const DEFAULTS: Config = {
     request_timeout: 30_000,
     headers_timeout: 10_000,
     keep_alive_timeout: 5_000,
+    socket_timeout: 90_000,
     max_connections: 1024,
     max_pipelined_requests: 16,
   },

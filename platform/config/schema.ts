@@ -325,6 +325,13 @@ export const ConfigSchema = Type.Object(
         min: '1ms',
         max: MAX_TIMER,
       }),
+      socket_timeout: duration({
+        default: '90s',
+        description:
+          'Longest a connection may go without a byte received or sent, a request in progress included: a client that stops reading its answer is closed after it, freeing the answer and its file descriptors. Keep it above database.transaction_timeout, the longest a handler may work without a byte on its connection.',
+        min: '1s',
+        max: MAX_TIMER,
+      }),
       max_connections: integer({
         default: 1024,
         description:

@@ -553,3 +553,96 @@ void t.test('a flood of readiness probes is one check a second (review)', async 
   );
   t.equal(checks.n, 1, 'one check for all of them');
 });
+
+void t.test("many addresses do not reset a principal's counter (review)", async (t) => {
+  const { app } = await server(t, 3);
+  const alice = () =>
+    app.inject({
+      method: 'GET',
+      url: '/api/v1/things/a',
+      headers: { authorization: 'Bearer alice' },
+      remoteAddress: '10.9.0.1',
+    });
+  for (let i = 0; i < 3; i++) t.equal((await alice()).statusCode, 200);
+  t.equal((await alice()).statusCode, 429, 'the principal is over its limit');
+  for (let i = 0; i < 6000; i++) {
+    await app.inject({
+      method: 'GET',
+      url: '/nothing',
+      remoteAddress: `10.${String(i >> 16)}.${String((i >> 8) & 255)}.${String(i & 255)}`,
+    });
+  }
+  t.equal((await alice()).statusCode, 429, 'still over it after 6,000 other addresses');
+});
+
+void t.test('one answer to a request whose transfer coding is refused (review)', async (t) => {
+  const { app } = await server(t);
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const port = (app.server.address() as net.AddressInfo).port;
+  const answer = await raw(
+    port,
+    'POST /api/v1/echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
+      'Transfer-Encoding: gzip\r\n\r\nsome bytes',
+    3000,
+  );
+  t.equal(answer.split('HTTP/1.1 ').length - 1, 1, `one answer: ${answer.slice(0, 200)}`);
+  t.match(answer, /^HTTP\/1\.1 400 /);
+});
+
+void t.test('answers written before routing carry no-store and Date (review)', async (t) => {
+  const { app } = await server(t);
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const port = (app.server.address() as net.AddressInfo).port;
+  for (const [name, bytes] of [
+    ['CONNECT', 'CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\n\r\n'],
+    ['a head over the limit', `GET / HTTP/1.1\r\nHost: x\r\nX: ${'a'.repeat(20_000)}\r\n\r\n`],
+    ['a control character', 'GET /healthz HTTP/1.1\r\nHost: x\r\nX: a\u0001b\r\n\r\n'],
+    ['an unmet expectation', 'GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n\r\n'],
+  ] as const) {
+    const answer = await raw(port, bytes, 3000);
+    t.match(answer, /\r\ncache-control: no-store\r\n/i, `${name}: no-store`);
+    t.match(answer, /\r\ndate: [A-Z][a-z]{2}, \d{2} /i, `${name}: Date`);
+  }
+});
+
+void t.test('a missing file of a route that exists is 404, not 405 (review)', async (t) => {
+  const { app } = await server(t);
+  for (const url of ['/docs/static/nothing.js', '/docs/static/INDEX.CSS']) {
+    const res = await app.inject({ method: 'GET', url });
+    t.equal(res.statusCode, 404, url);
+    t.equal(res.headers['allow'], undefined);
+  }
+});
+
+void t.test('pipelined requests on one connection run one at a time (review)', async (t) => {
+  const app = await createHttpServer({
+    logger: createLogger({ appName: 'svc', level: 'silent' }),
+    bodyLimit: 4096,
+    readiness: () => Promise.resolve(),
+    appName: 'svc',
+    apiVersion: '1',
+    authenticator,
+    clock: new ManualClock('2026-03-01T12:00:00Z'),
+    rateLimit: { max: 1000, windowMs: 60_000 },
+    metrics: new InMemoryMetrics(),
+  });
+  const running = { now: 0, most: 0, done: 0 };
+  app.get('/api/v1/slow', { config: { auth: 'none' } }, async () => {
+    running.now++;
+    running.most = Math.max(running.most, running.now);
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    running.now--;
+    running.done++;
+    return { ok: true };
+  });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  t.teardown(() => app.close());
+  const port = (app.server.address() as net.AddressInfo).port;
+  const one = 'GET /api/v1/slow HTTP/1.1\r\nHost: x\r\n\r\n';
+  const answer = await raw(
+    port,
+    one.repeat(4) + one.replace('\r\n\r\n', '\r\nConnection: close\r\n\r\n'),
+  );
+  t.equal(answer.split('HTTP/1.1 200').length - 1, 5, 'all five answered, in order');
+  t.equal(running.most, 1, 'never two at once on one connection');
+});

@@ -19,6 +19,11 @@ export interface ConnectionLimits {
   readonly keepAliveTimeoutMs: number;
   /** Connections held at once (`http.max_connections`); more are closed when accepted. */
   readonly maxConnections: number;
+  /**
+   * Inactivity of a connection, a request in progress included
+   * (`http.socket_timeout`): a client that stops reading is closed after it.
+   */
+  readonly socketTimeoutMs: number;
 }
 
 /**
@@ -36,6 +41,9 @@ export function applyConnectionLimits(server: Server, limits: ConnectionLimits):
   server.headersTimeout = Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs);
   server.keepAliveTimeout = limits.keepAliveTimeoutMs;
   server.maxConnections = limits.maxConnections;
+  // Node.js destroys a socket that saw no byte either way for this long
+  // (server.timeout): nothing else frees an answer a client never reads.
+  server.timeout = limits.socketTimeoutMs;
   (server as Server & { connectionsCheckingInterval: number }).connectionsCheckingInterval =
     Math.max(50, Math.min(1000, Math.floor(server.headersTimeout / 4)));
 }
@@ -49,28 +57,47 @@ export function applyConnectionLimits(server: Server, limits: ConnectionLimits):
  * hundreds of answers per connection (the hostile-client review measured
  * 752 MB of heap for 40 connections). The request over the limit is not
  * run: the connection is closed without an answer, which is all HTTP
- * allows once earlier answers are owed on it.
+ * allows once earlier answers are owed on it. Requests within the limit
+ * run one after another, each once the answer before it was sent.
  *
  * @param max requests per connection awaiting answers (`http.max_pipelined_requests`).
  * @returns the hook, to be the server's first.
  */
 export function pipeliningGuard(max: number): onRequestHookHandler {
-  const waiting = new WeakMap<Socket, number>();
+  const lines = new WeakMap<Socket, { waiting: number; last: Promise<undefined> }>();
   return (req, reply, done) => {
     const socket = req.raw.socket;
-    const n = (waiting.get(socket) ?? 0) + 1;
-    if (n > max) {
-      req.log.info({ waiting: n - 1 }, 'pipelining limit: connection closed');
+    let line = lines.get(socket);
+    if (line === undefined) {
+      line = { waiting: 0, last: Promise.resolve(undefined) };
+      lines.set(socket, line);
+    }
+    if (line.waiting + 1 > max) {
+      req.log.info({ waiting: line.waiting }, 'pipelining limit: connection closed');
       // Fastify runs no further hook, handler or answer for a hijacked reply.
       reply.hijack();
       socket.destroy();
       done();
       return;
     }
-    waiting.set(socket, n);
+    // One request at a time per connection, as HTTP/1.1 answers them in
+    // order anyway: a later one waits until the earlier answer is sent, so
+    // a connection holds one answer (one file stream, one descriptor), not
+    // one per pipelined request (review: 16 static files each, never read).
+    const first = line.waiting === 0;
+    line.waiting++;
+    const before = line.last;
+    const { promise: finished, resolve } = Promise.withResolvers<undefined>();
+    line.last = finished;
+    const current = line;
     reply.raw.once('close', () => {
-      waiting.set(socket, (waiting.get(socket) ?? 1) - 1);
+      current.waiting--;
+      resolve(undefined);
     });
-    done();
+    if (first) done();
+    else
+      void before.then(() => {
+        done();
+      });
   };
 }

@@ -159,9 +159,14 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): 
   // answered (this one's head stalled behind it, pipelined): bytes written
   // now would read as that request's answer. Close without a word. A body
   // that stalls is its own request's (not complete): that one gets its 408.
-  const pending = (socket as Duplex & { _httpMessage?: { req?: { complete?: boolean } } })
-    ._httpMessage;
-  if (pending?.req?.complete === true) {
+  const pending = (
+    socket as Duplex & {
+      _httpMessage?: { headersSent?: boolean; req?: { complete?: boolean } };
+    }
+  )._httpMessage;
+  // Or that request was answered already (a framing refusal, before its
+  // body): a second answer would read as the next request's (review).
+  if (pending?.req?.complete === true || pending?.headersSent === true) {
     socket.destroy();
     return;
   }
@@ -189,7 +194,8 @@ function writeRawProblem(socket: Duplex, appError: AppError): void {
   socket.end(
     `HTTP/1.1 ${String(appError.status)} ${STATUS_CODES[appError.status] ?? ''}\r\n` +
       `content-type: ${PROBLEM_CONTENT_TYPE}\r\ncontent-length: ${String(Buffer.byteLength(body))}\r\n` +
-      `correlation-id: ${id}\r\nconnection: close\r\n\r\n${body}`,
+      `correlation-id: ${id}\r\ncache-control: no-store\r\ndate: ${new Date().toUTCString()}\r\n` +
+      `connection: close\r\n\r\n${body}`,
     () => {
       socket.destroy();
     },
@@ -211,6 +217,7 @@ export function unmetExpectationHandler(_req: IncomingMessage, res: ServerRespon
     'content-type': PROBLEM_CONTENT_TYPE,
     'content-length': Buffer.byteLength(body),
     'correlation-id': id,
+    'cache-control': 'no-store',
     connection: 'close',
   });
   res.end(body);

@@ -154,6 +154,12 @@ export function correlationIdOf(req: {
 }
 
 /**
+ * Counters each rate-limit store keeps (an LRU): about 100 bytes each, so
+ * 100,000 cost about 10 MB a store.
+ */
+export const RATE_LIMIT_ENTRIES = 100_000;
+
+/**
  * The `429 rate_limited` problem, with Retry-After.
  *
  * @param ttlMs how long until the window ends.
@@ -321,13 +327,18 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     },
     errorResponseBuilder: (_req, context) => rateLimited(context.ttl),
   });
-  const limit = app.rateLimit();
+  // Principals and addresses count in stores of their own, each an LRU of
+  // RATE_LIMIT_ENTRIES: requests from many addresses evict addresses only,
+  // never a principal's counter (review: 5,000 addresses reset them).
+  const byPrincipal = app.rateLimit({ cache: RATE_LIMIT_ENTRIES });
+  const byAddress = app.rateLimit({ cache: RATE_LIMIT_ENTRIES });
   // Refused tokens per address, a bucket of its own: once it is full, a
   // request with a token is refused before any lookup, so guessing costs
   // the database nothing and a valid guess is not told apart by its answer.
   const refusedTokens = app.createRateLimit({
     keyGenerator: (req) => `refused:${normalizeIP(req.ip)}`,
-  });
+    cache: RATE_LIMIT_ENTRIES,
+  } as Parameters<typeof app.createRateLimit>[0]);
 
   // Stages 3 and 4, authentication then rate limit, in one app-level hook,
   // so they run before every route-level onRequest hook. A refused token is
@@ -348,7 +359,10 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
       (err: unknown) => (err instanceof Error ? err : new Error(String(err))),
     );
     if (limited && credentials && isUnauthenticated(refusal)) await refusedTokens(req);
-    if (limited) await limit.call(app, req, reply);
+    if (limited) {
+      const limit = currentContext()?.actor.kind === 'principal' ? byPrincipal : byAddress;
+      await limit.call(app, req, reply);
+    }
     if (refusal !== undefined) throw refusal;
   });
 
@@ -422,7 +436,9 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
 
   app.setNotFoundHandler((req, reply) => {
     const allow = allowedMethods(app, req.url, app.initialConfig.maxParamLength ?? 100);
-    if (allow.length > 0) {
+    // A route of this method took the path and found nothing (a missing
+    // static file): that is a 404, not another method's path (review).
+    if (allow.length > 0 && !allow.includes(req.method)) {
       return sendProblem(
         reply,
         problem('method_not_allowed', `This path answers ${allow.join(', ')}, not ${req.method}.`, {
