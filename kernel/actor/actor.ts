@@ -17,6 +17,11 @@ export interface PrincipalActor {
   readonly principalKind: PrincipalKind;
   /** The API token that authenticated this request, when one did. */
   readonly tokenId?: Id;
+  /**
+   * When that token expires, when it does: what the token may do ends
+   * then, so nothing it makes (a new token) may outlive it.
+   */
+  readonly tokenExpiresAt?: Date;
 }
 
 /**
@@ -35,6 +40,7 @@ export interface PrincipalActorInit {
   readonly principalId: Id;
   readonly principalKind: PrincipalKind;
   readonly tokenId?: Id;
+  readonly tokenExpiresAt?: Date;
 }
 
 /**
@@ -44,20 +50,22 @@ export interface PrincipalActorInit {
  *
  * @param init - the principal's id and kind, and the authenticating token's id
  *   when there is one.
- * @returns a frozen actor; `tokenId` is absent when not given.
+ * @returns a frozen actor; `tokenId` and `tokenExpiresAt` are absent when not given.
  * @throws {TypeError} when `principalKind` is neither `user` nor `service`
  *   (possible only when the value comes from outside the type system).
  */
 export function principalActor(init: PrincipalActorInit): PrincipalActor {
-  const { principalId, principalKind, tokenId } = init;
+  const { principalId, principalKind, tokenId, tokenExpiresAt } = init;
   if (!principalKinds.has(principalKind)) {
     throw new TypeError(`unknown principal kind ${JSON.stringify(principalKind)}`);
   }
-  return Object.freeze(
-    tokenId === undefined
-      ? { kind: 'principal', principalId, principalKind }
-      : { kind: 'principal', principalId, principalKind, tokenId },
-  );
+  return Object.freeze({
+    kind: 'principal',
+    principalId,
+    principalKind,
+    ...(tokenId === undefined ? {} : { tokenId }),
+    ...(tokenExpiresAt === undefined ? {} : { tokenExpiresAt }),
+  });
 }
 
 /**

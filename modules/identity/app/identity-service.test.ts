@@ -176,7 +176,12 @@ void t.test('authenticate accepts only valid tokens of enabled principals', asyn
     principalId: principal.id,
     principalKind: 'user',
     tokenId: expiring.id,
+    tokenExpiresAt: expiring.expiresAt,
   });
+  t.notOk(
+    'tokenExpiresAt' in ((await service.authenticate(first.token, clock.now())) ?? {}),
+    'a token without expiry gives none',
+  );
   t.equal(await service.authenticate(revoked.token, clock.now()), null, 'revoked');
   const unknown = `${expiring.token.slice(0, 13)}${'A'.repeat(42)}A`;
   t.equal(await service.authenticate(unknown, clock.now()), null, 'unknown');

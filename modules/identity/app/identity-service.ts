@@ -61,6 +61,12 @@ export interface CreateTokenOptions {
   readonly name?: string;
   /** Lifetime in whole seconds, 60 to 31536000; the token never expires when absent. */
   readonly expiresInSeconds?: number;
+  /**
+   * The latest the new token may expire: the expiry of the token that asks
+   * for it (a token never mints one that outlives it). The new token's
+   * expiry is the earlier of this and its own lifetime.
+   */
+  readonly notAfter?: Date;
 }
 
 /** A token as its owner sees it in listings: never the secret, never the hash. */
@@ -188,7 +194,7 @@ export class IdentityService implements Authenticator, PrincipalDirectory {
           disabledAt: null,
         };
         await this.#principals.insert(principal);
-        const token = await this.#issue(principal.id, now, tokenName, undefined);
+        const token = await this.#issue(principal.id, now, tokenName, undefined, undefined);
         return { principal, token };
       },
       { name: 'identity.createPrincipal' },
@@ -223,11 +229,11 @@ export class IdentityService implements Authenticator, PrincipalDirectory {
    *   `not_found` when the principal does not exist or is disabled.
    */
   async createToken(principalId: Id, options: CreateTokenOptions = {}): Promise<IssuedToken> {
-    const { name, expiresInSeconds } = options;
+    const { name, expiresInSeconds, notAfter } = options;
     if (name !== undefined) checkText(name, TOKEN_NAME_MAX, '#body/name', 'name');
     if (expiresInSeconds !== undefined) checkLifetime(expiresInSeconds);
     return this.#uow.run(
-      () => this.#issue(principalId, this.#clock.now(), name ?? null, expiresInSeconds),
+      () => this.#issue(principalId, this.#clock.now(), name ?? null, expiresInSeconds, notAfter),
       { name: 'identity.createToken' },
     );
   }
@@ -237,17 +243,20 @@ export class IdentityService implements Authenticator, PrincipalDirectory {
     now: Date,
     name: string | null,
     expiresInSeconds: number | undefined,
+    notAfter: Date | undefined,
   ): Promise<IssuedToken> {
     // Made inside the unit of work, so a retried attempt makes a fresh token.
     const generated = generateToken();
+    const own =
+      expiresInSeconds === undefined ? null : new Date(now.getTime() + expiresInSeconds * 1000);
+    const expiresAt = notAfter === undefined || (own !== null && own <= notAfter) ? own : notAfter;
     const token = {
       id: newId(now),
       principalId,
       prefix: generated.prefix,
       name,
       createdAt: now,
-      expiresAt:
-        expiresInSeconds === undefined ? null : new Date(now.getTime() + expiresInSeconds * 1000),
+      expiresAt,
     };
     if (!(await this.#tokens.insertForEnabledPrincipal({ ...token, sha256: generated.sha256 }))) {
       throw problem('not_found', 'No such principal, or it is disabled.');
@@ -335,6 +344,7 @@ export class IdentityService implements Authenticator, PrincipalDirectory {
       principalId: owner.principalId,
       principalKind: owner.principalKind,
       tokenId: owner.tokenId,
+      ...(owner.expiresAt === null ? {} : { tokenExpiresAt: owner.expiresAt }),
     });
   }
 

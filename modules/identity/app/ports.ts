@@ -62,6 +62,8 @@ export interface TokenOwner {
   readonly tokenId: Id;
   readonly principalId: Id;
   readonly principalKind: PrincipalKind;
+  /** When the token expires, or null when it does not. */
+  readonly expiresAt: Date | null;
 }
 
 /** Where API tokens live. */

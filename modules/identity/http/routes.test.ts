@@ -378,3 +378,29 @@ void t.test('every route declares its operation, auth, idempotency and schemas',
   const create = operations.find((o) => o['operationId'] === 'createToken');
   t.match(JSON.stringify(create?.['requestBody']), /deploy script/, 'the body has an example');
 });
+
+void t.test('a token never mints one that outlives it (review)', async (t) => {
+  const { app, alice, as } = await setup(t);
+  const mint = async (token: string, payload: Record<string, unknown>) => {
+    const res = await app.inject({
+      method: 'POST',
+      url: '/api/v1/tokens',
+      headers: as(token),
+      payload,
+    });
+    t.equal(res.statusCode, 201);
+    return res.json<{ token: string; expires_at: string | null }>();
+  };
+  const short = await mint(alice.token, { expires_in_seconds: 600 });
+  t.equal(short.expires_at, '2030-01-01T00:10:00.000Z');
+  const forever = await mint(short.token, {});
+  t.equal(forever.expires_at, short.expires_at, "no expiry asked: the minting token's");
+  const longer = await mint(short.token, { expires_in_seconds: 3600 });
+  t.equal(longer.expires_at, short.expires_at, 'a longer one is cut to it');
+  const shorter = await mint(short.token, { expires_in_seconds: 60 });
+  t.equal(shorter.expires_at, '2030-01-01T00:01:00.000Z', 'a shorter one is kept');
+  const grandchild = await mint(forever.token, {});
+  t.equal(grandchild.expires_at, short.expires_at, 'and so on down the line');
+  const unbounded = await mint(alice.token, {});
+  t.equal(unbounded.expires_at, null, 'a token without expiry mints one without');
+});

@@ -91,11 +91,13 @@ export function registerIdentityRoutes(app: HttpServer, service: IdentityService
       },
     },
     async (req, reply) => {
-      const { principalId } = caller();
+      const { principalId, tokenExpiresAt } = caller();
       const { name, expires_in_seconds: expiresInSeconds } = req.body;
       const issued = await service.createToken(principalId, {
         ...(name === undefined ? {} : { name }),
         ...(expiresInSeconds === undefined ? {} : { expiresInSeconds }),
+        // A token never mints one that outlives it (review).
+        ...(tokenExpiresAt === undefined ? {} : { notAfter: tokenExpiresAt }),
       });
       reply.code(201);
       return issuedBody(issued);

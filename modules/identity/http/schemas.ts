@@ -37,7 +37,8 @@ export const CreateTokenBody = Type.Object(
       Type.Integer({
         minimum: EXPIRES_IN_MIN_SECONDS,
         maximum: EXPIRES_IN_MAX_SECONDS,
-        description: 'Lifetime in seconds (60 to 31536000); without it the token never expires.',
+        description:
+          "Lifetime in seconds (60 to 31536000); without it the token never expires. A token never outlives the token that creates it: its expiry is at most the caller token's.",
       }),
     ),
   },

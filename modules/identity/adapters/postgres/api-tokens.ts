@@ -26,6 +26,7 @@ interface OwnerRow {
   readonly token_id: string;
   readonly principal_id: string;
   readonly kind: PrincipalKind;
+  readonly expires_at: Date | null;
 }
 
 /** {@link ApiTokenRepository} over PostgreSQL. */
@@ -58,7 +59,7 @@ export class PgApiTokenRepository implements ApiTokenRepository {
   /** @inheritdoc */
   async findUsableByHash(sha256: Buffer, now: Date): Promise<TokenOwner | null> {
     const [row] = await this.#db.sql()<OwnerRow[]>`
-      select t.id as token_id, p.id as principal_id, p.kind
+      select t.id as token_id, p.id as principal_id, p.kind, t.expires_at
         from api_tokens t
         join principals p on p.id = t.principal_id
        where t.secret_sha256 = ${sha256}
@@ -70,6 +71,7 @@ export class PgApiTokenRepository implements ApiTokenRepository {
       tokenId: parseId(row.token_id),
       principalId: parseId(row.principal_id),
       principalKind: row.kind,
+      expiresAt: row.expires_at,
     };
   }
 
