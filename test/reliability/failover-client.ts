@@ -12,14 +12,24 @@
  * - `FAILOVER_CLIENT_BASE_URL`, `FAILOVER_CLIENT_TOKEN`: the server and the
  *   bearer token;
  * - `FAILOVER_CLIENT_ACCOUNTS`: the account ids, comma separated;
- * - `FAILOVER_CLIENT_TRANSFERS`: how many transfers to state;
+ * - `FAILOVER_CLIENT_TRANSFERS`: how many transfers to state first;
+ * - `FAILOVER_CLIENT_STOP_FILE`: a file the test creates once the last
+ *   failover is behind it. Until it exists, a client that has drained its
+ *   outbox states `FAILOVER_CLIENT_BATCH` more transfers (default 20) and
+ *   drains again, so the load lasts through every failover however long a
+ *   rebuild takes; each batch is stated with a `stated` line;
  * - `FAILOVER_CLIENT_INDEX`: this client's number (it varies the transfers);
  * - `FAILOVER_CLIENT_DEADLINE_MS`: how long the drain may run, so a server
  *   that never comes back ends the process with intents pending instead of
  *   hanging the test.
  *
+ * Every intent is stated once, in this process, before it is sent: the
+ * process is never restarted on its outbox (a restart would state its
+ * transfers again as new intents, with new keys).
+ *
  * Exits 0 once nothing is pending, 1 with a line on standard error otherwise.
  */
+import { existsSync } from 'node:fs';
 import { Outbox } from '../../apps/client/outbox.js';
 import { Sender, type SendEvent } from '../../apps/client/sender.js';
 
@@ -59,10 +69,18 @@ function describe(event: SendEvent): Record<string, unknown> {
 
 const accounts = env('FAILOVER_CLIENT_ACCOUNTS').split(',');
 const transfers = Number(env('FAILOVER_CLIENT_TRANSFERS'));
+const batch = Number(process.env['FAILOVER_CLIENT_BATCH'] ?? '20');
+const stopFile = env('FAILOVER_CLIENT_STOP_FILE');
 const index = Number(env('FAILOVER_CLIENT_INDEX'));
+const deadline = Date.now() + Number(env('FAILOVER_CLIENT_DEADLINE_MS'));
 const outbox = Outbox.open(env('FAILOVER_CLIENT_OUTBOX'));
-try {
-  for (let i = 0; i < transfers; i += 1) {
+/** How many transfers this process has stated so far: the next one's number. */
+let stated = 0;
+
+/** States `count` more transfers, numbered on from those already stated. */
+function state(count: number): void {
+  for (let n = 0; n < count; n += 1) {
+    const i = stated + n;
     const from = (index + i) % accounts.length;
     const to = (from + 1 + (i % (accounts.length - 1))) % accounts.length;
     outbox.enqueue({
@@ -78,7 +96,12 @@ try {
       lanes: [`account:${accounts[from] ?? ''}`],
     });
   }
-  line({ msg: 'stated', transfers });
+  stated += count;
+  line({ msg: 'stated', transfers: count });
+}
+
+try {
+  state(transfers);
   const sender = new Sender({
     outbox,
     baseUrl: env('FAILOVER_CLIENT_BASE_URL'),
@@ -93,13 +116,17 @@ try {
       line(describe(event));
     },
   });
-  const report = await sender.drain({
-    deadline: Date.now() + Number(env('FAILOVER_CLIENT_DEADLINE_MS')),
-  });
-  line({ msg: 'drained', pending: report.pending, stopped_by: report.stoppedBy });
-  if (report.pending !== 0) {
-    process.stderr.write(`the drain stopped with ${String(report.pending)} intents pending\n`);
-    process.exitCode = 1;
+  for (;;) {
+    const report = await sender.drain({ deadline });
+    if (report.pending !== 0 || existsSync(stopFile) || Date.now() >= deadline) {
+      line({ msg: 'drained', pending: report.pending, stopped_by: report.stoppedBy, stated });
+      if (report.pending !== 0) {
+        process.stderr.write(`the drain stopped with ${String(report.pending)} intents pending\n`);
+        process.exitCode = 1;
+      }
+      break;
+    }
+    state(batch);
   }
 } finally {
   outbox.close();
