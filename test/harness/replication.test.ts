@@ -3,6 +3,7 @@
  * streaming standby made by a file copy of the primary's data folder, with
  * synchronous replication. Real clusters from the embedded binaries.
  */
+import { execFileSync } from 'node:child_process';
 import t from 'tap';
 import type { Test } from 'tap';
 import { createSql, type Sql } from '../../platform/pg/client.js';
@@ -125,3 +126,51 @@ void t.test('promoting without a stopped primary is refused', async (t) => {
   await pair.close();
   t.pass('close is safe to call twice');
 });
+
+void t.test(
+  'once the standby is the synchronous one, commits wait for it, even with a checkpointer slow to read the setting',
+  async (t) => {
+    const pair = await startReplicatedPair();
+    t.teardown(() => pair.close());
+    const open = pools(t);
+    const [a] = pair.nodes;
+    const onA = open(pair.adminUrl(a));
+    await onA`create table probe (n int primary key)`;
+    // A primary without a synchronous standby, its checkpointer up to date.
+    await pair.stopStandby();
+    await onA.unsafe('alter system reset synchronous_standby_names');
+    await onA`select pg_reload_conf()`;
+    await onA`checkpoint`;
+    // The checkpointer is the process that makes commits wait for a
+    // standby named in synchronous_standby_names; pg_stat_replication
+    // already says sync once the walsender has read the name. Paused, it
+    // stands for one busy with a checkpoint; it resumes after 2 s at most.
+    const [checkpointer] = await onA<{ pid: number }[]>`
+      select pid from pg_stat_activity where backend_type = 'checkpointer'`;
+    const pid = String(checkpointer?.pid);
+    execFileSync('kill', ['-STOP', pid]);
+    let paused = true;
+    const resume = (): void => {
+      if (paused) execFileSync('kill', ['-CONT', pid]);
+      paused = false;
+    };
+    t.teardown(resume);
+    const timer = setTimeout(resume, 2_000);
+    await pair.startStandby();
+    // Still paused here means startStandby returned on the walsender's word.
+    await pair.stopStandby();
+    const outcome = await Promise.race([
+      onA`insert into probe values (1)`.then(() => 'committed without the standby'),
+      new Promise((resolve) => {
+        setTimeout(() => {
+          resolve('waiting for the standby');
+        }, 1_000);
+      }),
+    ]);
+    clearTimeout(timer);
+    resume();
+    t.equal(outcome, 'waiting for the standby', 'a commit waits for the synchronous standby');
+    await pair.startStandby();
+    t.same(await rows(onA), [1], 'and commits once it is back');
+  },
+);

@@ -467,7 +467,7 @@ async function copyTree(from: string, to: string, top: boolean): Promise<void> {
 /**
  * Waits until the standby streams from the primary, names it in the
  * primary's `synchronous_standby_names` (reloaded, no restart) and waits
- * until it is the synchronous standby.
+ * until it is the synchronous standby and the primary's commits wait for it.
  */
 async function makeSynchronous(primary: NodeState, standby: NodeState): Promise<void> {
   const url = primary.server?.adminUrl();
@@ -491,5 +491,13 @@ async function makeSynchronous(primary: NodeState, standby: NodeState): Promise<
     await sql.unsafe(`alter system set synchronous_standby_names = 'FIRST 1 (${standby.name})'`);
     await sql`select pg_reload_conf()`;
     await waitFor(`${standby.name} is the synchronous standby of ${primary.name}`, true);
+    // pg_stat_replication says sync once the walsender has read the setting,
+    // but commits wait for the standby only once the checkpointer has read
+    // it too (it publishes it in shared memory), and a checkpointer busy
+    // with a checkpoint reads it late: until then the primary acknowledges
+    // commits the standby may not have. A checkpoint request is served after
+    // the checkpointer has read its pending reload, so once it returns,
+    // commits wait.
+    await sql`checkpoint`;
   });
 }
