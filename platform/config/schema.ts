@@ -349,7 +349,7 @@ export const ConfigSchema = Type.Object(
       url: postgresUrl({
         default: '',
         description:
-          'Connection URL of the application role the server connects as. Empty starts the embedded PostgreSQL 18 server. May hold a password: treat it as a secret.',
+          'Connection URL of the application role the server connects as. Empty starts the embedded PostgreSQL 18 server. Role api also takes a host list (postgres://u:p@h1:5432,h2:5432/db?target_session_attrs=read-write); roles worker and all take one host (the job queue connects with node-postgres): give them one address that follows the primary. May hold a password: treat it as a secret.',
       }),
       owner_url: postgresUrl({
         default: '',
