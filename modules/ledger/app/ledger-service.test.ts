@@ -157,7 +157,7 @@ void t.test('two renames from the same version: exactly one wins, the other is 4
 });
 
 void t.test('adapters that write refuse to run outside a unit of work', async (t) => {
-  const { accounts, transfers, principal } = await setup(t);
+  const { accounts, principal } = await setup(t);
   const at = new Date();
   const id = newId();
   await t.rejects(
@@ -168,42 +168,76 @@ void t.test('adapters that write refuse to run outside a unit of work', async (t
     accounts.rename(principal, id, { name: 'b', versions: [1], at }),
     TransactionRequiredError,
   );
-  await t.rejects(accounts.lockForTransfer(principal, [id]), TransactionRequiredError);
   await t.rejects(
-    accounts.move(principal, { fromAccountId: id, toAccountId: newId(), amount: 1, at }),
-    TransactionRequiredError,
-  );
-  await t.rejects(
-    transfers.insert({
-      id,
-      principalId: principal,
-      fromAccountId: id,
-      toAccountId: newId(),
-      amount: 1,
-      createdAt: at,
-    }),
+    accounts.transfer(
+      principal,
+      { id: newId(), fromAccountId: id, toAccountId: newId(), amount: 1, at },
+      MAX_MINOR_UNITS,
+    ),
     TransactionRequiredError,
   );
 });
 
-void t.test('move refuses to touch anything but the two accounts it was given', async (t) => {
+void t.test('the transfer statement writes only when every check holds', async (t) => {
   const { accounts, uow, principal, ledger, tdb } = await setup(t);
   const a = await ledger.openAccount(principal, { name: 'a', openingBalance: 10 });
-  t.same(await uow.run(() => accounts.lockForTransfer(principal, [])), [], 'nothing to lock');
-  await t.rejects(
+  const b = await ledger.openAccount(principal, { name: 'b', openingBalance: 5 });
+  const other = newId();
+  const state = async () => {
+    const rows = await tdb.owner<{ id: string; balance: string; version: string }[]>`
+      select id, balance::text as balance, version::text as version
+        from ledger_accounts where id in (${a.id}, ${b.id}) order by id`;
+    const [count] = await tdb.owner<{ n: string }[]>`
+      select count(*)::text as n from ledger_transfers`;
+    return { rows, transfers: count?.n };
+  };
+  const before = await state();
+  const attempt = (from: string | null, to: string | null, amount: number, max = MAX_MINOR_UNITS) =>
     uow.run(() =>
-      accounts.move(principal, {
-        fromAccountId: a.id,
-        toAccountId: newId(),
-        amount: 1,
-        at: new Date(),
-      }),
-    ),
-    /changed 1 accounts instead of 2/,
+      accounts.transfer(
+        principal,
+        {
+          id: newId(),
+          fromAccountId: from as never,
+          toAccountId: to as never,
+          amount,
+          at: new Date(),
+        },
+        max,
+      ),
+    );
+  t.same(await attempt(other, b.id, 1), { from: false, to: true, funds: false, room: true });
+  t.same(await attempt(a.id, null, 1), { from: true, to: false, funds: true, room: false });
+  t.same(await attempt(a.id, b.id, 11), { from: true, to: true, funds: false, room: true });
+  t.same(await attempt(a.id, b.id, 1, 5), { from: true, to: true, funds: true, room: false });
+  t.same(await state(), before, 'a failed check wrote nothing');
+  t.same(await attempt(b.id, a.id, 5, 15), { from: true, to: true, funds: true, room: true });
+  const after = await state();
+  t.same(
+    after.rows.map((r) => [r.balance, r.version]),
+    a.id < b.id
+      ? [
+          ['15', '2'],
+          ['0', '2'],
+        ]
+      : [
+          ['0', '2'],
+          ['15', '2'],
+        ],
+    'both balances moved and both versions on by one',
   );
-  const [row] = await tdb.owner<{ balance: string }[]>`
-    select balance::text as balance from ledger_accounts where id = ${a.id}`;
-  t.equal(row?.balance, '10', 'the failed move was rolled back');
+  t.equal(after.transfers, '1', 'and the transfer recorded');
+  // Another principal's account is neither checked nor touched.
+  const mallory = newId();
+  const stranger = await uow.run(() =>
+    accounts.transfer(
+      mallory,
+      { id: newId(), fromAccountId: a.id, toAccountId: b.id, amount: 1, at: new Date() },
+      MAX_MINOR_UNITS,
+    ),
+  );
+  t.same(stranger, { from: false, to: false, funds: false, room: false });
+  t.same(await state(), after);
 });
 
 void t.test('toMinorUnits reads only non-negative safe integers', (t) => {

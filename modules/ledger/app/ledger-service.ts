@@ -262,50 +262,48 @@ export class LedgerService {
     const toId = isUuidV7(input.toAccountId) ? parseId(input.toAccountId) : null;
     return this.#uow.run(
       async () => {
-        const wanted = [fromId, toId].filter((id): id is Id => id !== null);
-        const locked = await this.#accounts.lockForTransfer(principalId, wanted);
-        const from = locked.find((a) => a.id === fromId);
-        const to = locked.find((a) => a.id === toId);
-        if (from === undefined || to === undefined) {
+        const now = this.#clock.now();
+        const transfer = {
+          id: newId(now),
+          principalId,
+          fromAccountId: fromId,
+          toAccountId: toId,
+          amount: input.amount,
+          createdAt: now,
+        };
+        const checks = await this.#accounts.transfer(
+          principalId,
+          {
+            id: transfer.id,
+            fromAccountId: fromId,
+            toAccountId: toId,
+            amount: input.amount,
+            at: now,
+          },
+          MAX_MINOR_UNITS,
+        );
+        if (!checks.from || !checks.to || fromId === null || toId === null) {
           throw problem('not_found', 'No such account.', {
             errors: [
-              ...(from === undefined
-                ? [{ pointer: '#body/from_account_id', code: 'not_found' }]
-                : []),
-              ...(to === undefined ? [{ pointer: '#body/to_account_id', code: 'not_found' }] : []),
+              ...(!checks.from ? [{ pointer: '#body/from_account_id', code: 'not_found' }] : []),
+              ...(!checks.to ? [{ pointer: '#body/to_account_id', code: 'not_found' }] : []),
             ],
           });
         }
-        if (from.balance < input.amount) {
+        if (!checks.funds) {
           throw problem('conflict', 'The source account holds less than the amount.', {
             reason: 'insufficient_funds',
             hint: 'Transfer at most the balance of from_account_id.',
           });
         }
-        if (to.balance > MAX_MINOR_UNITS - input.amount) {
+        if (!checks.room) {
           throw problem(
             'conflict',
             `The destination account would hold more than ${MAX_MINOR_UNITS} minor units.`,
             { reason: 'balance_limit' },
           );
         }
-        const now = this.#clock.now();
-        await this.#accounts.move(principalId, {
-          fromAccountId: from.id,
-          toAccountId: to.id,
-          amount: input.amount,
-          at: now,
-        });
-        const transfer: Transfer = {
-          id: newId(now),
-          principalId,
-          fromAccountId: from.id,
-          toAccountId: to.id,
-          amount: input.amount,
-          createdAt: now,
-        };
-        await this.#transfers.insert(transfer);
-        return transfer;
+        return { ...transfer, fromAccountId: fromId, toAccountId: toId } satisfies Transfer;
       },
       { name: 'ledger.transfer' },
     );

@@ -34,10 +34,16 @@ export interface NewAccount {
   readonly createdAt: Date;
 }
 
-/** The balance of an account locked for a transfer. */
-export interface LockedAccount {
-  readonly id: Id;
-  readonly balance: number;
+/** What {@link AccountRepository.transfer} found; it wrote only when all hold. */
+export interface TransferChecks {
+  /** The principal has the source account. */
+  readonly from: boolean;
+  /** The principal has the destination account. */
+  readonly to: boolean;
+  /** The source holds at least the amount. */
+  readonly funds: boolean;
+  /** The destination stays within the most an account may hold. */
+  readonly room: boolean;
 }
 
 /** A transfer of an amount between two accounts of one principal; never changes. */
@@ -88,49 +94,36 @@ export interface AccountRepository {
     change: { readonly name: string; readonly versions: readonly number[]; readonly at: Date },
   ): Promise<Account | null>;
   /**
-   * Locks accounts of a principal for a transfer (`FOR UPDATE`), in
-   * ascending id order whatever the order of `ids`: every transfer takes its
-   * two row locks in the same global order, so two transfers over the same
-   * pair of accounts in opposite directions wait for each other instead of
-   * deadlocking.
+   * Makes a transfer in one statement: locks the principal's two accounts
+   * (`FOR UPDATE`, in ascending id order whatever the direction, so two
+   * transfers over the same pair in opposite directions wait for each
+   * other instead of deadlocking), checks them, and only when every check
+   * holds moves the amount (both versions on by one) and records the
+   * transfer. When a check fails nothing is written.
    *
    * @param principalId the owner; another principal's accounts are neither
-   *   locked nor returned.
-   * @param ids the accounts.
-   * @returns the accounts found, locked until the transaction ends.
+   *   locked, checked nor touched.
+   * @param transfer the new transfer's id, the two accounts (null: an id
+   *   that names no account), the amount and the time.
+   * @param maxBalance the most an account may hold.
+   * @returns which checks held.
    * @throws TransactionRequiredError outside a unit of work.
    */
-  lockForTransfer(principalId: Id, ids: readonly Id[]): Promise<LockedAccount[]>;
-  /**
-   * Moves an amount between two accounts locked by
-   * {@link AccountRepository.lockForTransfer} in the same transaction, moving
-   * both versions on by one.
-   *
-   * @param principalId the owner.
-   * @param move the two accounts, the amount and the time of the change.
-   * @throws TransactionRequiredError outside a unit of work; the driver's
-   *   error when a balance would leave its range (the caller checks first).
-   */
-  move(
+  transfer(
     principalId: Id,
-    move: {
-      readonly fromAccountId: Id;
-      readonly toAccountId: Id;
+    transfer: {
+      readonly id: Id;
+      readonly fromAccountId: Id | null;
+      readonly toAccountId: Id | null;
       readonly amount: number;
       readonly at: Date;
     },
-  ): Promise<void>;
+    maxBalance: number,
+  ): Promise<TransferChecks>;
 }
 
-/** Where transfers live. */
+/** Where transfers are read (they are written by {@link AccountRepository.transfer}). */
 export interface TransferRepository {
-  /**
-   * Records a transfer whose money the caller has just moved.
-   *
-   * @param transfer the transfer.
-   * @throws TransactionRequiredError outside a unit of work.
-   */
-  insert(transfer: Transfer): Promise<void>;
   /**
    * Reads a transfer of a principal.
    *

@@ -5,7 +5,7 @@
  */
 import { parseId, type Id } from '../../../../kernel/ids/index.js';
 import type { PgDatabase } from '../../../../platform/pg/uow.js';
-import type { Account, AccountRepository, LockedAccount, NewAccount } from '../../app/ports.js';
+import type { Account, AccountRepository, NewAccount, TransferChecks } from '../../app/ports.js';
 import { toMinorUnits } from './minor-units.js';
 
 interface AccountRow {
@@ -94,48 +94,87 @@ export class PgAccountRepository implements AccountRepository {
   /**
    * @inheritdoc
    * @throws TransactionRequiredError outside a unit of work.
+   * @throws Error when every check held but the statement changed another
+   *   number of accounts than two (a broken invariant, never a client's).
    */
-  async lockForTransfer(principalId: Id, ids: readonly Id[]): Promise<LockedAccount[]> {
-    if (ids.length === 0) return [];
-    // The lock order: FOR UPDATE locks rows as the sorted result yields
-    // them, so ORDER BY id makes every transfer lock its accounts in
-    // ascending id order. Crossed transfers (A to B while B to A) then queue
-    // on the same first row instead of each holding one row and waiting for
-    // the other: no deadlock.
-    const rows = await this.#db.tx('locking accounts for a transfer')<
-      { id: string; balance: string }[]
-    >`
-      select id, balance::text
-        from ledger_accounts
-       where id = any(${[...ids]}::uuid[]) and principal_id = ${principalId}
-       order by id
-         for update`;
-    return rows.map((row) => ({ id: parseId(row.id), balance: toMinorUnits(row.balance) }));
-  }
-
-  /**
-   * @inheritdoc
-   * @throws TransactionRequiredError outside a unit of work.
-   */
-  async move(
+  async transfer(
     principalId: Id,
-    move: {
-      readonly fromAccountId: Id;
-      readonly toAccountId: Id;
+    transfer: {
+      readonly id: Id;
+      readonly fromAccountId: Id | null;
+      readonly toAccountId: Id | null;
       readonly amount: number;
       readonly at: Date;
     },
-  ): Promise<void> {
-    const result = await this.#db.tx('moving money between accounts')`
-      update ledger_accounts
-         set balance = case when id = ${move.fromAccountId}::uuid
-                            then balance - ${move.amount}::bigint
-                            else balance + ${move.amount}::bigint end,
-             version = version + 1,
-             updated_at = ${move.at}
-       where id in (${move.fromAccountId}, ${move.toAccountId}) and principal_id = ${principalId}`;
-    if (result.count !== 2) {
-      throw new Error(`a transfer changed ${String(result.count)} accounts instead of 2`);
+    maxBalance: number,
+  ): Promise<TransferChecks> {
+    const { id, fromAccountId: from, toAccountId: to, amount, at } = transfer;
+    // One round trip instead of three (lock, move, record). The lock order:
+    // FOR UPDATE locks rows as the sorted result yields them, so ORDER BY
+    // id makes every transfer lock its accounts in ascending id order, and
+    // crossed transfers (A to B while B to A) queue on the same first row
+    // instead of deadlocking. Under READ COMMITTED a row changed by a
+    // transaction that committed meanwhile is locked in its newest version
+    // (and the UPDATE re-reads that version), so the checks see the balance
+    // the move changes. The move and the record happen only when every
+    // check holds; otherwise the statement writes nothing.
+    const [row] = await this.#db.tx('making a transfer')<
+      {
+        has_from: boolean;
+        has_to: boolean;
+        funds: boolean;
+        room: boolean;
+        moved: number;
+        recorded: number;
+      }[]
+    >`
+      with locked as materialized (
+        select id, balance
+          from ledger_accounts
+         where id in (${from}::uuid, ${to}::uuid) and principal_id = ${principalId}
+         order by id
+           for update
+      ),
+      checks as materialized (
+        select exists (select 1 from locked where id = ${from}::uuid) as has_from,
+               exists (select 1 from locked where id = ${to}::uuid) as has_to,
+               coalesce((select balance >= ${amount}::bigint
+                           from locked where id = ${from}::uuid), false) as funds,
+               coalesce((select balance <= ${maxBalance}::bigint - ${amount}::bigint
+                           from locked where id = ${to}::uuid), false) as room
+      ),
+      moved as (
+        update ledger_accounts a
+           set balance = case when a.id = ${from}::uuid
+                              then a.balance - ${amount}::bigint
+                              else a.balance + ${amount}::bigint end,
+               version = a.version + 1,
+               updated_at = ${at}
+          from checks c
+         where c.has_from and c.has_to and c.funds and c.room
+           and a.id in (select id from locked) and a.principal_id = ${principalId}
+        returning a.id
+      ),
+      recorded as (
+        insert into ledger_transfers
+               (id, principal_id, from_account_id, to_account_id, amount, created_at)
+        select ${id}, ${principalId}, ${from}::uuid, ${to}::uuid, ${amount}::bigint, ${at}
+          from checks c
+         where c.has_from and c.has_to and c.funds and c.room
+        returning id
+      )
+      select c.has_from, c.has_to, c.funds, c.room,
+             (select count(*) from moved)::int as moved,
+             (select count(*) from recorded)::int as recorded
+        from checks c`;
+    if (row === undefined) throw new Error('a transfer statement returned no row');
+    const checks = { from: row.has_from, to: row.has_to, funds: row.funds, room: row.room };
+    const held = checks.from && checks.to && checks.funds && checks.room;
+    if (held && (row.moved !== 2 || row.recorded !== 1)) {
+      throw new Error(
+        `a transfer changed ${String(row.moved)} accounts and recorded ${String(row.recorded)} transfers instead of 2 and 1`,
+      );
     }
+    return checks;
   }
 }

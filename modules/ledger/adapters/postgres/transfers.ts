@@ -1,6 +1,7 @@
 /**
- * The `ledger_transfers` table over postgres.js. A transfer is written once,
- * in the unit of work that moved its money, and never changed.
+ * The `ledger_transfers` table over postgres.js, for reading. A transfer is
+ * written once, by the statement that moves its money
+ * (PgAccountRepository.transfer), and never changed.
  */
 import { parseId, type Id } from '../../../../kernel/ids/index.js';
 import type { PgDatabase } from '../../../../platform/pg/uow.js';
@@ -20,20 +21,9 @@ interface TransferRow {
 export class PgTransferRepository implements TransferRepository {
   readonly #db: PgDatabase;
 
-  /** @param db the database; writes join the ambient unit of work. */
+  /** @param db the database; reads join the ambient unit of work, if any. */
   constructor(db: PgDatabase) {
     this.#db = db;
-  }
-
-  /**
-   * @inheritdoc
-   * @throws TransactionRequiredError outside a unit of work.
-   */
-  async insert(transfer: Transfer): Promise<void> {
-    await this.#db.tx('recording a transfer')`
-      insert into ledger_transfers (id, principal_id, from_account_id, to_account_id, amount, created_at)
-      values (${transfer.id}, ${transfer.principalId}, ${transfer.fromAccountId},
-              ${transfer.toAccountId}, ${transfer.amount}::bigint, ${transfer.createdAt})`;
   }
 
   /** @inheritdoc */
