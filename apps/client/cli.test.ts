@@ -291,6 +291,26 @@ void t.test('the commands against the real server, in this process', async (t) =
   t.equal(other.code, EXIT.failed);
   t.match(other.err, /^client: key .* is in outbox .* already, for another request/);
 
+  // The same command again after it was left pending (exit 75): the
+  // pending intent is delivered, no second one is stated (review: it moved
+  // the money twice).
+  const down = { ...env, CLIENT_BASE_URL: `http://127.0.0.1:${String(await closedPort())}` };
+  const argv = ['transfer', '--from', idA, '--to', idB, '--amount', '7', '--wait', '0'];
+  const first = await run(argv, down);
+  t.equal(first.code, EXIT.pending);
+  t.match(first.out, /--key [0-9a-f-]{36}/, 'the key to repeat it with is shown');
+  const before = (await run(['outbox', 'list', '--json'])).out;
+  const count = (text: string) => (JSON.parse(text) as { intents: unknown[] }).intents.length;
+  const repeated = await run(argv.slice(0, -2));
+  t.equal(repeated.code, EXIT.failed, 'refused: an intent for this request is pending');
+  t.match(repeated.err, /^client: .*pending .*[0-9a-f-]{36}.*outbox drain.*--again/);
+  t.equal(count((await run(['outbox', 'list', '--json'])).out), count(before), 'none stated');
+  const drainedAgain = await run(['outbox', 'drain']);
+  t.equal(drainedAgain.code, EXIT.ok, 'the pending one is delivered by a drain');
+  const deliberate = await run([...argv.slice(0, -2), '--again']);
+  t.equal(deliberate.code, EXIT.ok, '--again states a second transfer on purpose');
+  t.equal(count((await run(['outbox', 'list', '--json'])).out), count(before) + 1);
+
   // A second process of the client on the same file is refused.
   const held = Outbox.open(env.CLIENT_OUTBOX);
   const locked = await run(['outbox', 'list']);

@@ -8,6 +8,7 @@
  * error (JSON lines with `--json`).
  */
 import { parseArgs } from 'node:util';
+import canonicalize from 'canonicalize';
 import { accountIntent, transferIntent } from './client.js';
 import {
   IntentConflictError,
@@ -16,6 +17,7 @@ import {
   checkKey,
   type Intent,
   type IntentState,
+  type NewIntent,
 } from './outbox.js';
 import { Sender, type DrainReport, type SendEvent, type StopReason } from './sender.js';
 
@@ -43,8 +45,8 @@ export const EXIT = {
 
 /** The usage text, printed by `--help`. */
 export const USAGE = `Usage:
-  client transfer --from ID --to ID --amount N [--key UUIDv7] [--independent]
-  client accounts create --name NAME [--opening-balance N] [--key UUIDv7]
+  client transfer --from ID --to ID --amount N [--key UUIDv7] [--independent] [--again]
+  client accounts create --name NAME [--opening-balance N] [--key UUIDv7] [--again]
   client outbox list [--state pending|done|failed]
   client outbox drain
   client --help
@@ -52,6 +54,8 @@ export const USAGE = `Usage:
 Every command (flag, or environment variable):
   --outbox FILE          CLIENT_OUTBOX       the outbox file (required; created when missing)
   --json                                     results as one JSON document, progress as JSON lines
+A transfer or account creation equal to one still pending is refused (exit 3): deliver
+that one with "client outbox drain" (or --key KEY); --again states a second one on purpose.
 Commands that send (transfer, accounts create, outbox drain):
   --base-url URL         CLIENT_BASE_URL     the server's origin, e.g. http://127.0.0.1:3000 (required)
   --token TOKEN          CLIENT_TOKEN        the bearer token (required; prefer the variable)
@@ -103,6 +107,8 @@ export type Command =
       readonly amount: number;
       readonly key: string | undefined;
       readonly independent: boolean;
+      /** State a new intent even when an equal one is pending. */
+      readonly again: boolean;
     }
   | {
       readonly kind: 'accounts-create';
@@ -110,6 +116,8 @@ export type Command =
       readonly name: string;
       readonly openingBalance: number;
       readonly key: string | undefined;
+      /** State a new intent even when an equal one is pending. */
+      readonly again: boolean;
     }
   | {
       readonly kind: 'outbox-list';
@@ -139,6 +147,7 @@ const OPTIONS = {
   amount: { type: 'string' },
   key: { type: 'string' },
   independent: { type: 'boolean' },
+  again: { type: 'boolean' },
   name: { type: 'string' },
   'opening-balance': { type: 'string' },
   state: { type: 'string' },
@@ -160,8 +169,8 @@ const SENDING: readonly Flag[] = [
   'concurrency',
 ];
 const FLAGS: Record<Exclude<Command['kind'], 'help'>, readonly Flag[]> = {
-  transfer: [...COMMON, ...SENDING, 'from', 'to', 'amount', 'key', 'independent'],
-  'accounts-create': [...COMMON, ...SENDING, 'name', 'opening-balance', 'key'],
+  transfer: [...COMMON, ...SENDING, 'from', 'to', 'amount', 'key', 'independent', 'again'],
+  'accounts-create': [...COMMON, ...SENDING, 'name', 'opening-balance', 'key', 'again'],
   'outbox-list': [...COMMON, 'state'],
   'outbox-drain': [...COMMON, ...SENDING],
 };
@@ -304,7 +313,14 @@ export function parseCommandLine(argv: readonly string[], env: Environment): Com
         `--opening-balance must be an integer from 0 to ${String(MAX_MINOR_UNITS)}, got "${opening}"`,
       );
     }
-    return { kind, settings, name: accountName, openingBalance, key: key() };
+    return {
+      kind,
+      settings,
+      name: accountName,
+      openingBalance,
+      key: key(),
+      again: values.again === true,
+    };
   }
   const account = (flag: 'from' | 'to'): string => {
     const s = required(flag);
@@ -320,7 +336,16 @@ export function parseCommandLine(argv: readonly string[], env: Environment): Com
       `--amount must be an integer from 1 to ${String(MAX_MINOR_UNITS)}, got "${amountText}"`,
     );
   }
-  return { kind, settings, from, to, amount, key: key(), independent: values.independent === true };
+  return {
+    kind,
+    settings,
+    from,
+    to,
+    amount,
+    key: key(),
+    independent: values.independent === true,
+    again: values.again === true,
+  };
 }
 
 function commandKind(positionals: readonly string[]): Exclude<Command['kind'], 'help'> {
@@ -598,13 +623,34 @@ function progressLine(event: SendEvent): string {
   }
 }
 
+/**
+ * A pending intent that would send the same request as a new one: same
+ * operation, method, path and body (compared in RFC 8785 form, as stored).
+ *
+ * @param outbox the outbox.
+ * @param wanted the intent about to be stated.
+ * @returns the pending intent, or undefined.
+ */
+function pendingEqual(outbox: Outbox, wanted: NewIntent): Intent | undefined {
+  const body = wanted.body === undefined ? null : (canonicalize(wanted.body) ?? null);
+  return outbox
+    .list({ state: 'pending' })
+    .find(
+      (i) =>
+        i.operation === wanted.operation &&
+        i.method === wanted.method &&
+        i.path === wanted.path &&
+        i.body === body,
+    );
+}
+
 /** The result line of the command's own intent. */
 function resultLine(intent: Intent, fromOutbox: boolean): string {
   const prefix = `${intent.operation === 'createTransfer' ? 'transfer' : 'account'} ${intent.key}`;
   const again = fromOutbox ? ' (from the outbox: stated before, not sent again)' : '';
   const a = intent.answer;
   if (intent.state === 'pending') {
-    return `${prefix}: still pending (attempts ${String(intent.attempts)}${intent.lastError === null ? '' : `, last: ${intent.lastError}`}); "client outbox drain" sends it with the same key`;
+    return `${prefix}: still pending (attempts ${String(intent.attempts)}${intent.lastError === null ? '' : `, last: ${intent.lastError}`}); "client outbox drain" (or this command with --key ${intent.key}) sends it with the same key`;
   }
   if (intent.state === 'failed') return `${prefix}: FAILED: ${outcome(intent)}`;
   if (a !== null && a.status >= 200 && a.status < 300) {
@@ -744,23 +790,33 @@ async function run(
       const report = await sender.drain(drainOptions);
       return drainResult(report, s, out, print);
     }
-    const stated =
+    const wanted =
       command.kind === 'transfer'
-        ? outbox.enqueue(
-            transferIntent(
-              { from_account_id: command.from, to_account_id: command.to, amount: command.amount },
-              {
-                independent: command.independent,
-                ...(command.key === undefined ? {} : { key: command.key }),
-              },
-            ),
+        ? transferIntent(
+            { from_account_id: command.from, to_account_id: command.to, amount: command.amount },
+            {
+              independent: command.independent,
+              ...(command.key === undefined ? {} : { key: command.key }),
+            },
           )
-        : outbox.enqueue(
-            accountIntent(
-              { name: command.name, opening_balance: command.openingBalance },
-              command.key === undefined ? {} : { key: command.key },
-            ),
+        : accountIntent(
+            { name: command.name, opening_balance: command.openingBalance },
+            command.key === undefined ? {} : { key: command.key },
           );
+    // The same command run again after it was left pending (exit 75, 5,
+    // 130, a kill) would state a second intent under a new key: the money
+    // would move twice (review). Without --key, an equal pending intent is
+    // delivered by a drain, not stated again, unless --again says so.
+    if (command.key === undefined && !command.again) {
+      const equal = pendingEqual(outbox, wanted);
+      if (equal !== undefined) {
+        out.stderr.write(
+          `client: a ${equal.operation} equal to this one is pending under key ${equal.key}: run "client outbox drain" to deliver it (or repeat with --key ${equal.key}); --again states a second one\n`,
+        );
+        return EXIT.failed;
+      }
+    }
+    const stated = outbox.enqueue(wanted);
     if (s.json) {
       out.stderr.write(
         `${JSON.stringify({ event: 'stated', created: stated.created, intent: intentJson(stated.intent) })}\n`,

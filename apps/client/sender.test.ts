@@ -422,3 +422,29 @@ void t.test('options are checked when the sender is made', async (t) => {
   t.throws(() => new Sender({ ...base, baseUrl: 'http://x/api' }), /baseUrl/);
   t.throws(() => new Sender({ ...base, token: '' }), /token/);
 });
+
+void t.test('two drains at once send each intent once and both end well (review)', async (t) => {
+  const s = await setup(t);
+  const one = s.outbox.enqueue(transfer(1, ['account:a'])).intent;
+  const two = s.outbox.enqueue(transfer(2, ['account:b'])).intent;
+  const slow: Reply = async (res) => {
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    json(201, { id: 'x' })(res);
+  };
+  s.script.push(slow, slow, slow, slow);
+  const [a, b] = await Promise.all([
+    s.sender.drain({ target: one.key }),
+    s.sender.drain({ target: two.key }),
+  ]);
+  t.ok(a.stoppedBy === 'target' || a.stoppedBy === 'empty', `first: ${a.stoppedBy}`);
+  t.ok(b.stoppedBy === 'target' || b.stoppedBy === 'empty', `second: ${b.stoppedBy}`);
+  t.same(
+    s.seen.map((x) => x.headers['idempotency-key']).sort(),
+    [one.key, two.key].sort(),
+    'each key sent once',
+  );
+  t.same(
+    s.outbox.list().map((i) => i.state),
+    ['done', 'done'],
+  );
+});

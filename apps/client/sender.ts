@@ -185,6 +185,12 @@ export class Sender {
   private readonly fetch: typeof fetch;
   private readonly origin: URL;
   private principalChecked = false;
+  /**
+   * Attempts in flight, by intent, shared by every drain of this sender:
+   * two drains at once (two `deliver` calls) never send one intent twice at
+   * once nor record its answer twice (review: both rejected).
+   */
+  private readonly inFlight = new Map<number, Promise<void>>();
 
   /**
    * @param options the outbox, the server, the TTL and the pacing.
@@ -257,13 +263,16 @@ export class Sender {
       if (stop !== undefined) return report(stop.reason, stop.detail);
       this.principalChecked = true;
     }
-    const inFlight = new Map<number, Promise<void>>();
+    const inFlight = this.inFlight;
     // Written by the attempts as they end, read by the loop.
     const ended: { halt?: { reason: 'unauthenticated'; detail: string }; failure?: Error } = {};
     // A function, not the property: the signal changes while the loop awaits.
     const aborted = (): boolean => signal.aborted;
+    // Settled here, or by another drain of this sender.
     const targetDone = (): boolean =>
-      options.target !== undefined && settled.some((i) => i.key === options.target);
+      options.target !== undefined &&
+      (settled.some((i) => i.key === options.target) ||
+        outbox.get(options.target)?.state !== 'pending');
     const start = (intent: Intent): void => {
       const run = this.attempt(intent, signal, settled)
         .then((h) => {
