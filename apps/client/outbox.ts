@@ -233,6 +233,17 @@ export function newKey(clock: () => number = Date.now): string {
 }
 
 /**
+ * The time a UUIDv7 key was made: its first 48 bits, milliseconds since
+ * the epoch.
+ *
+ * @param key a UUIDv7 in canonical form.
+ * @returns its time in milliseconds since the epoch.
+ */
+export function keyTime(key: string): number {
+  return Number.parseInt(key.replace(/-/g, '').slice(0, 12), 16);
+}
+
+/**
  * Checks a key given by a caller.
  *
  * @param key the key.

@@ -12,7 +12,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import t, { type Test } from 'tap';
-import { Outbox, type NewIntent } from './outbox.js';
+import { newKey, Outbox, type NewIntent } from './outbox.js';
 import { Sender, type SendEvent, type SenderOptions } from './sender.js';
 
 interface Seen {
@@ -447,4 +447,32 @@ void t.test('two drains at once send each intent once and both end well (review)
     s.outbox.list().map((i) => i.state),
     ['done', 'done'],
   );
+});
+
+void t.test("a caller's key ages from its own time when that is earlier (review)", async (t) => {
+  const s = await setup(t);
+  // A key the caller made 30 hours ago (sent then from elsewhere, perhaps),
+  // stated only now: the server may have forgotten it.
+  const key = newKey(() => s.clock.now - 30 * 3_600_000);
+  const stated = s.outbox.enqueue({ ...transfer(1), key }).intent;
+  const fresh = s.outbox.enqueue({
+    ...transfer(2, ['account:c']),
+    key: newKey(() => s.clock.now),
+  }).intent;
+  s.script.push(json(201, { id: 't' }));
+  await s.sender.drain();
+  t.same(
+    s.seen.map((x) => x.headers['idempotency-key']),
+    [fresh.key],
+    'the old key is not sent',
+  );
+  t.match(s.outbox.get(stated.key), { state: 'failed', failure: 'expired' });
+  // A key stamped in the future ages from when it was stated.
+  const later = s.outbox.enqueue({
+    ...transfer(3, ['account:d']),
+    key: newKey(() => s.clock.now + 48 * 3_600_000),
+  }).intent;
+  s.script.push(json(201, { id: 'u' }));
+  await s.sender.drain();
+  t.match(s.outbox.get(later.key), { state: 'done' });
 });

@@ -13,6 +13,7 @@
  */
 import { setTimeout as delay } from 'node:timers/promises';
 import {
+  keyTime,
   Outbox,
   OutboxError,
   type FailureReason,
@@ -400,7 +401,11 @@ export class Sender {
   ): Promise<{ reason: 'unauthenticated'; detail: string } | undefined> {
     const { outbox, keyTtlMs, ttlMarginMs } = this.options;
     const started = this.clock();
-    const ageMs = started - intent.createdAt;
+    // From when it was stated, or from the key's own time when that is
+    // earlier: a key the caller made and may have sent long before it was
+    // stated here (review). The server counts from its first sight of the
+    // key, which is never before the key was made.
+    const ageMs = started - Math.min(intent.createdAt, keyTime(intent.key));
     if (ageMs >= keyTtlMs - ttlMarginMs) {
       outbox.recordExpired(intent.seq, started);
       const expired = outbox.get(intent.key) ?? intent;
