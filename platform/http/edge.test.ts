@@ -14,7 +14,7 @@ import { newId } from '../../kernel/ids/index.js';
 import { InMemoryMetrics } from '../../kernel/metrics/index.js';
 import { createLogger } from '../log/index.js';
 import { clientErrorHandler, clientWentAway } from './refusals.js';
-import { createHttpServer, type HttpServer } from './server.js';
+import { createHttpServer, type HttpServer, type HttpServerOptions } from './server.js';
 
 const alice = newId();
 const authenticator: Authenticator = {
@@ -24,13 +24,9 @@ const authenticator: Authenticator = {
     ),
 };
 
-async function server(
-  t: Test,
-  rateLimitMax = 10_000,
-  maxPipelinedRequests?: number,
-): Promise<{ app: HttpServer; runs: { n: number } }> {
-  const app = await createHttpServer({
-    ...(maxPipelinedRequests === undefined ? {} : { maxPipelinedRequests }),
+/** The options every server of this file shares, with a test's own on top. */
+function serverOptions(overrides: Partial<HttpServerOptions>): HttpServerOptions {
+  return {
     logger: createLogger({ appName: 'svc', level: 'silent' }),
     bodyLimit: 4096,
     readiness: () => Promise.resolve(),
@@ -38,9 +34,23 @@ async function server(
     apiVersion: '1',
     authenticator,
     clock: new ManualClock('2026-03-01T12:00:00Z'),
-    rateLimit: { max: rateLimitMax, windowMs: 60_000 },
+    rateLimit: { max: 10_000, windowMs: 60_000 },
     metrics: new InMemoryMetrics(),
-  });
+    ...overrides,
+  };
+}
+
+async function server(
+  t: Test,
+  rateLimitMax = 10_000,
+  maxPipelinedRequests?: number,
+): Promise<{ app: HttpServer; runs: { n: number } }> {
+  const app = await createHttpServer(
+    serverOptions({
+      ...(maxPipelinedRequests === undefined ? {} : { maxPipelinedRequests }),
+      rateLimit: { max: rateLimitMax, windowMs: 60_000 },
+    }),
+  );
   const runs = { n: 0 };
   app.post('/api/v1/echo', { config: { idempotent: false } }, (req) => {
     runs.n++;
@@ -436,22 +446,17 @@ void t.test('Allow names only methods whose route would take the path (review)',
 
 void t.test('after the limit of refused tokens, no token is looked up (review)', async (t) => {
   const looked = { n: 0 };
-  const app = await createHttpServer({
-    logger: createLogger({ appName: 'svc', level: 'silent' }),
-    bodyLimit: 4096,
-    readiness: () => Promise.resolve(),
-    appName: 'svc',
-    apiVersion: '1',
-    authenticator: {
-      authenticate: (token) => {
-        looked.n++;
-        return authenticator.authenticate(token, new Date());
+  const app = await createHttpServer(
+    serverOptions({
+      authenticator: {
+        authenticate: (token) => {
+          looked.n++;
+          return authenticator.authenticate(token, new Date());
+        },
       },
-    },
-    clock: new ManualClock('2026-03-01T12:00:00Z'),
-    rateLimit: { max: 3, windowMs: 60_000 },
-    metrics: new InMemoryMetrics(),
-  });
+      rateLimit: { max: 3, windowMs: 60_000 },
+    }),
+  );
   app.get('/api/v1/who', () => Promise.resolve({ ok: true }));
   await app.ready();
   t.teardown(() => app.close());
@@ -481,22 +486,17 @@ void t.test('a request whose client left before its body was read is finished', 
   // The client goes away while the authentication lookup is pending.
   let release: () => void = () => undefined;
   const pending = new Promise<void>((resolve) => (release = resolve));
-  const app = await createHttpServer({
-    logger: createLogger({ appName: 'svc', level: 'silent' }),
-    bodyLimit: 4096,
-    readiness: () => Promise.resolve(),
-    appName: 'svc',
-    apiVersion: '1',
-    authenticator: {
-      authenticate: async (token) => {
-        await pending;
-        return authenticator.authenticate(token, new Date());
+  const app = await createHttpServer(
+    serverOptions({
+      authenticator: {
+        authenticate: async (token) => {
+          await pending;
+          return authenticator.authenticate(token, new Date());
+        },
       },
-    },
-    clock: new ManualClock('2026-03-01T12:00:00Z'),
-    rateLimit: { max: 1000, windowMs: 60_000 },
-    metrics: new InMemoryMetrics(),
-  });
+      rateLimit: { max: 1000, windowMs: 60_000 },
+    }),
+  );
   // onSend, not onResponse: an answer to a closed socket never finishes.
   const finished: number[] = [];
   app.addHook('onSend', (_req, reply, payload, done) => {
@@ -528,20 +528,15 @@ void t.test('a request whose client left before its body was read is finished', 
 
 void t.test('a flood of readiness probes is one check a second (review)', async (t) => {
   const checks = { n: 0 };
-  const app = await createHttpServer({
-    logger: createLogger({ appName: 'svc', level: 'silent' }),
-    bodyLimit: 4096,
-    readiness: async () => {
-      checks.n++;
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    },
-    appName: 'svc',
-    apiVersion: '1',
-    authenticator,
-    clock: new ManualClock('2026-03-01T12:00:00Z'),
-    rateLimit: { max: 10, windowMs: 60_000 },
-    metrics: new InMemoryMetrics(),
-  });
+  const app = await createHttpServer(
+    serverOptions({
+      readiness: async () => {
+        checks.n++;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      },
+      rateLimit: { max: 10, windowMs: 60_000 },
+    }),
+  );
   await app.ready();
   t.teardown(() => app.close());
   const answers = await Promise.all(
@@ -615,17 +610,11 @@ void t.test('a missing file of a route that exists is 404, not 405 (review)', as
 });
 
 void t.test('pipelined requests on one connection run one at a time (review)', async (t) => {
-  const app = await createHttpServer({
-    logger: createLogger({ appName: 'svc', level: 'silent' }),
-    bodyLimit: 4096,
-    readiness: () => Promise.resolve(),
-    appName: 'svc',
-    apiVersion: '1',
-    authenticator,
-    clock: new ManualClock('2026-03-01T12:00:00Z'),
-    rateLimit: { max: 1000, windowMs: 60_000 },
-    metrics: new InMemoryMetrics(),
-  });
+  const app = await createHttpServer(
+    serverOptions({
+      rateLimit: { max: 1000, windowMs: 60_000 },
+    }),
+  );
   const running = { now: 0, most: 0, done: 0 };
   app.get('/api/v1/slow', { config: { auth: 'none' } }, async () => {
     running.now++;

@@ -11,7 +11,6 @@ import Fastify, {
   type FastifyReply,
   type FastifyRequest,
 } from 'fastify';
-import rateLimit, { normalizeIP } from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
@@ -20,9 +19,8 @@ import type { Authenticator } from '../../kernel/actor/index.js';
 import type { Clock } from '../../kernel/clock/index.js';
 import type { Metrics } from '../../kernel/metrics/index.js';
 import { isUuid, newId } from '../../kernel/ids/index.js';
-import { currentContext, newRequestContext, runWithContext } from '../../kernel/context/index.js';
+import { newRequestContext, runWithContext } from '../../kernel/context/index.js';
 import { problem, type AppError } from '../../kernel/errs/index.js';
-import { authenticationHook, authModeOf } from './auth.js';
 import type { Exposition } from '../metrics/index.js';
 import {
   documentKeyedRoute,
@@ -41,6 +39,8 @@ import {
 } from './refusals.js';
 import { jsonBodyParser } from './body.js';
 import { pipeliningGuard } from './limits.js';
+import { registerProbes } from './probes.js';
+import { registerAuthenticationAndRateLimit } from './rate-limit.js';
 import { toAppError } from './problems.js';
 import { writeRoutePolicy } from './route-policy.js';
 import './types.js';
@@ -154,56 +154,6 @@ export function correlationIdOf(req: {
 }
 
 /**
- * Counters each rate-limit store keeps (an LRU): about 100 bytes each, so
- * 100,000 cost about 10 MB a store.
- */
-export const RATE_LIMIT_ENTRIES = 100_000;
-
-/**
- * The `429 rate_limited` problem, with Retry-After.
- *
- * @param ttlMs how long until the window ends.
- * @returns the problem.
- */
-function rateLimited(ttlMs: number): AppError {
-  return problem('rate_limited', 'Too many requests; slow down.', {
-    retryAfterSeconds: Math.max(1, Math.ceil(ttlMs / 1000)),
-    hint: 'Wait for the time in Retry-After, then repeat the request (with the same Idempotency-Key, if any).',
-  });
-}
-
-/**
- * Shares one run of a check between callers: while it runs, and for a
- * while after it settled, callers get its outcome.
- *
- * @param ms how long a settled outcome is reused.
- * @param check the check.
- * @returns a function with the check's outcome, shared.
- */
-function sharedFor(ms: number, check: () => Promise<void>): () => Promise<void> {
-  let last: { at: number; outcome: Promise<void> } | undefined;
-  return () => {
-    const now = performance.now();
-    if (last === undefined || now - last.at >= ms) {
-      const outcome = check();
-      const entry = { at: Number.POSITIVE_INFINITY, outcome };
-      // Fresh until it settles, then for ms more.
-      const settle = () => {
-        entry.at = performance.now();
-      };
-      outcome.then(settle, settle);
-      last = entry;
-    }
-    return last.outcome;
-  };
-}
-
-/** Whether an authentication refusal is a 401 (a token refused), not a fault. */
-function isUnauthenticated(refusal: Error | undefined): boolean {
-  return (refusal as { code?: unknown } | undefined)?.code === 'unauthenticated';
-}
-
-/**
  * Creates the server with the cross-cutting stages registered in the order of
  * docs/architecture/overview.md (correlation, routing, authentication, rate
  * limit; the idempotency plugin and validation come per route). Routes are
@@ -311,60 +261,8 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   // A read whose ETag the client already holds: 304, no body.
   app.addHook('onSend', notModifiedHook);
 
-  // Stage 4's limiter, registered before the hook that runs it: the plugin
-  // adds no hooks of its own (global: false), so one app-level hook decides
-  // for every request, unmatched paths and refused tokens included.
-  await app.register(rateLimit, {
-    global: false,
-    max: options.rateLimit.max,
-    timeWindow: options.rateLimit.windowMs,
-    enableDraftSpec: true,
-    keyGenerator: (req) => {
-      const actor = currentContext()?.actor;
-      return actor?.kind === 'principal'
-        ? `principal:${actor.principalId}`
-        : `address:${normalizeIP(req.ip)}`;
-    },
-    errorResponseBuilder: (_req, context) => rateLimited(context.ttl),
-  });
-  // Principals and addresses count in stores of their own, each an LRU of
-  // RATE_LIMIT_ENTRIES: requests from many addresses evict addresses only,
-  // never a principal's counter (review: 5,000 addresses reset them).
-  const byPrincipal = app.rateLimit({ cache: RATE_LIMIT_ENTRIES });
-  const byAddress = app.rateLimit({ cache: RATE_LIMIT_ENTRIES });
-  // Refused tokens per address, a bucket of its own: once it is full, a
-  // request with a token is refused before any lookup, so guessing costs
-  // the database nothing and a valid guess is not told apart by its answer.
-  const refusedTokens = app.createRateLimit({
-    keyGenerator: (req) => `refused:${normalizeIP(req.ip)}`,
-    cache: RATE_LIMIT_ENTRIES,
-  } as Parameters<typeof app.createRateLimit>[0]);
-
-  // Stages 3 and 4, authentication then rate limit, in one app-level hook,
-  // so they run before every route-level onRequest hook. A refused token is
-  // counted before it is answered: a caller without a valid token is
-  // limited by its address (token guessing, anonymous floods, unknown
-  // paths), a principal by its id. Only the probes (config.rateLimit
-  // false) are exempt: a load balancer polls from one address.
-  const authenticate = authenticationHook(options.authenticator, options.clock);
-  app.addHook('onRequest', async (req, reply) => {
-    const limited = req.routeOptions.config.rateLimit !== false;
-    const credentials = authModeOf(req) !== 'none' && req.headers.authorization !== undefined;
-    if (limited && credentials) {
-      const seen = await refusedTokens(req, { increment: false });
-      if (!seen.isAllowed && seen.remaining === 0) throw rateLimited(seen.ttl);
-    }
-    const refusal = await authenticate(req).then(
-      () => undefined,
-      (err: unknown) => (err instanceof Error ? err : new Error(String(err))),
-    );
-    if (limited && credentials && isUnauthenticated(refusal)) await refusedTokens(req);
-    if (limited) {
-      const limit = currentContext()?.actor.kind === 'principal' ? byPrincipal : byAddress;
-      await limit.call(app, req, reply);
-    }
-    if (refusal !== undefined) throw refusal;
-  });
+  // Stages 3 and 4, authentication then rate limit (rate-limit.ts).
+  await registerAuthenticationAndRateLimit(app, options);
 
   // The API document's UI is public.
   app.addHook('onRoute', (route) => {
@@ -454,42 +352,8 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     );
   });
 
-  // The probes are not rate limited (a load balancer polls from one
-  // address), so a flood of them must not become a flood of queries: one
-  // check at a time, its result shared for a second.
-  const readiness = sharedFor(1000, options.readiness);
-  app.get('/healthz', { config: { auth: 'none', rateLimit: false }, schema: { hide: true } }, () =>
-    Promise.resolve({ status: 'ok' }),
-  );
-  app.get(
-    '/readyz',
-    { config: { auth: 'none', rateLimit: false }, schema: { hide: true } },
-    async (req, reply) => {
-      try {
-        await readiness();
-        return { status: 'ready' };
-      } catch (err) {
-        req.log.warn({ err }, 'not ready');
-        return sendProblem(
-          reply,
-          toAppError(Object.assign(new Error('database unreachable'), { statusCode: 503 })),
-          req.id,
-        );
-      }
-    },
-  );
-
-  const metricsRoute = options.metricsRoute;
-  if (metricsRoute !== undefined) {
-    app.get(
-      metricsRoute.path,
-      { config: { auth: 'none' }, schema: { hide: true } },
-      async (_req, reply) => {
-        const { contentType, body } = await metricsRoute.exposition();
-        return reply.header('cache-control', 'no-store').type(contentType).send(body);
-      },
-    );
-  }
+  // The probes and the metrics scrape (probes.ts).
+  registerProbes(app, options);
 
   return app;
 }
