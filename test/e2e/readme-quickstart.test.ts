@@ -72,7 +72,7 @@ void t.test('the README quickstart, run as written, moves the money once', async
   t.equal(transfer.method, 'POST');
   t.equal(transfer.url, `${base}/api/v1/transfers`);
   t.equal(transfer.status, 201, transfer.body);
-  t.equal(transfer.headers.get('idempotent-replay'), null, 'the first transfer ran');
+  t.equal(transfer.headers.get('idempotent-replay'), 'false', 'the first transfer ran');
   t.equal(replay.source, transfer.source, 'step 4 repeats step 3 exactly');
   t.equal(replay.status, 201);
   t.equal(replay.headers.get('idempotent-replay'), 'true');

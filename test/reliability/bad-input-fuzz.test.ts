@@ -369,7 +369,8 @@ async function judgeApp(
   };
   const p = checkAnswer(a);
   const s = a.status;
-  const replay = header(a, 'idempotent-replay') === 'true';
+  const mark = header(a, 'idempotent-replay');
+  const replay = mark === 'true';
   const correlation = header(a, 'correlation-id');
   if (correlation === undefined || !UUID.test(correlation))
     fail('an application answer without a correlation id', show(a));
@@ -460,7 +461,7 @@ async function judgeApp(
 
   if (!(keyed && e.key.kind === 'valid')) {
     // Unkeyed: the plain route, or a keyed route without a key.
-    if (replay) fail('Idempotent-Replay on an unkeyed request', show(a));
+    if (mark !== undefined) fail(`Idempotent-Replay ${mark} on an unkeyed request`, show(a));
     noRow(`an unkeyed ${String(s)}`, s >= 200 && s < 300 ? 1 : 0);
     return;
   }
@@ -483,6 +484,8 @@ async function judgeApp(
     fail('Idempotent-Replay for a key never used before', show(a));
   if (storable) {
     if (delta !== 1) fail(`a stored ${String(s)} answer added ${String(delta)} rows`, show(a));
+    if (!replay && mark !== 'false')
+      fail(`a first stored ${String(s)} marked Idempotent-Replay ${String(mark)}`, show(a));
     // One run of the handler: the first exchange's, or this one.
     effects(s < 300 ? 1 : 0, `a stored ${String(s)}`);
     const [row] = await target.k.tdb.owner<
@@ -494,6 +497,8 @@ async function judgeApp(
     if (e.junkLines > 1000) count(target, 'stored a key sent after over 1000 header lines');
   } else {
     noRow(`a ${String(s)} answer the design does not store`);
+    if (mark !== undefined)
+      fail(`a ${String(s)} answer not stored marked Idempotent-Replay ${mark}`, show(a));
   }
 }
 
@@ -1130,7 +1135,7 @@ void t.test(
       await send(target, raw('POST', '/api/v1/effects', keyedHeaders(target, key), json)),
     );
     t.equal(again?.status, 201, 'the same JSON without the mark, same key: runs');
-    t.equal(again && header(again, 'idempotent-replay'), undefined, 'as an original, not a replay');
+    t.equal(again && header(again, 'idempotent-replay'), 'false', 'as an original, not a replay');
     t.equal((await target.k.effects()).length, 1, 'one effect');
   },
 );
@@ -1150,7 +1155,7 @@ void t.test(
     t.ok(request.indexOf('\r\n\r\n') < 16_384, 'the head is within the 16 KiB Node.js accepts');
     const [first] = answered(await send(target, request));
     t.equal(first?.status, 201, 'the first request runs');
-    t.equal(first && header(first, 'idempotent-replay'), undefined, 'as an original');
+    t.equal(first && header(first, 'idempotent-replay'), 'false', 'as an original');
     // The proof that the key was seen: its row, completed with the answer.
     const rows = await target.k.tdb.owner<
       { principal_id: string; state: string; response_status: number; resource_id: string }[]

@@ -252,7 +252,7 @@ async function send(real: Real, req: Req): Promise<Observed> {
   };
   return {
     status: res.statusCode,
-    replay: header('idempotent-replay') === 'true',
+    replay: header('idempotent-replay'),
     contentType: header('content-type'),
     retryAfter: header('retry-after'),
     etag: header('etag'),

@@ -187,8 +187,11 @@ export interface Req {
 /** What came back for a request. */
 export interface Observed {
   readonly status: number;
-  /** `Idempotent-Replay: true` was present. */
-  readonly replay: boolean;
+  /**
+   * The `Idempotent-Replay` header: `'false'` on a first answer stored under
+   * its key, `'true'` on a stored answer given again, absent otherwise.
+   */
+  readonly replay: string | undefined;
   readonly contentType: string | undefined;
   readonly retryAfter: string | undefined;
   readonly etag: string | undefined;
@@ -464,7 +467,8 @@ function problemChecks(
   status: number,
   code: string,
   opts: {
-    readonly replay: boolean;
+    /** The expected `Idempotent-Replay` value (undefined: absent). */
+    readonly replay: 'true' | 'false' | undefined;
     readonly reason?: string | undefined;
     readonly retryAfter?: string | undefined;
     readonly pointer?: string | undefined;
@@ -509,12 +513,14 @@ function problemChecks(
   return out;
 }
 
-/** The checks of a 201 from the handler (a first answer, not a replay). */
+/** The checks of a 201 from the handler (a first answer, not a replay; stored when keyed). */
 function createdChecks(obs: Observed, tag: string, req: Req, keyed: boolean): string[] {
   const out: string[] = [];
   const body = parse(obs.body);
   if (obs.status !== 201) return [`status ${String(obs.status)}, expected 201`];
-  if (obs.replay) out.push('Idempotent-Replay on a first answer');
+  const mark = keyed ? 'false' : undefined;
+  if (obs.replay !== mark)
+    out.push(`Idempotent-Replay ${String(obs.replay)} on a first answer, expected ${String(mark)}`);
   if (obs.contentType !== JSON_TYPE) out.push(`content type ${String(obs.contentType)}`);
   const id = member(body, 'id');
   if (typeof id !== 'string' || !UUID.test(id)) out.push(`id ${String(id)}`);
@@ -557,7 +563,7 @@ function runHandler(
     result.status === 201
       ? createdChecks(obs, state.tag, req, keyed)
       : problemChecks(obs, result.status, result.code ?? '', {
-          replay: false,
+          replay: keyed && result.stored ? 'false' : undefined,
           reason: result.reason,
           retryAfter: result.retryAfter,
           keyed,
@@ -606,7 +612,7 @@ export function step(
   if (p.kind === 'reject') {
     return verdict(
       problemChecks(obs, p.status, p.code, {
-        replay: false,
+        replay: undefined,
         pointer: p.pointer,
         error: p.error,
         keyed: false,
@@ -627,7 +633,7 @@ export function step(
   ) {
     return verdict(
       problemChecks(obs, 409, 'request_in_progress', {
-        replay: false,
+        replay: undefined,
         retryAfter: '1',
         keyed: true,
       }),
@@ -642,14 +648,14 @@ export function step(
   if (row !== undefined && state.now < row.createdAt + TTL_MS) {
     if (row.fp !== fp) {
       return verdict(
-        problemChecks(obs, 422, 'idempotency_key_reuse', { replay: false, keyed: true }),
+        problemChecks(obs, 422, 'idempotency_key_reuse', { replay: undefined, keyed: true }),
         counted(state, req, 'reused'),
         'key reused for another request (422)',
       );
     }
     if (row.secret) {
       const errors = problemChecks(obs, 409, 'conflict', {
-        replay: true,
+        replay: 'true',
         reason: 'one_time_secret',
         keyed: true,
       });
@@ -666,7 +672,8 @@ export function step(
     const errors: string[] = [];
     if (obs.status !== row.status)
       errors.push(`status ${String(obs.status)}, expected ${String(row.status)}`);
-    if (!obs.replay) errors.push('no Idempotent-Replay');
+    if (obs.replay !== 'true')
+      errors.push(`Idempotent-Replay ${String(obs.replay)}, expected true`);
     if (obs.body !== row.body) errors.push(`bytes differ from the first answer ${row.body}`);
     const original = member(parse(row.body), 'correlation_id');
     if (original !== undefined && obs.correlationId === original) {

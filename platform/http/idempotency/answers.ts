@@ -16,31 +16,47 @@ import type { Outcome } from './outcome.js';
 export const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 /** Content type of every problem answer. */
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json; charset=utf-8';
-/** The response header that marks a stored answer given again. */
+/**
+ * The response header that marks the answer of a key: `false` on the first
+ * answer, which was stored under the key in the transaction of its effect,
+ * `true` on that stored answer given again. An answer without it was not
+ * stored (in progress, key reuse, 401, 429, 5xx, a refusal before the plugin
+ * or from a gateway): a client cannot read from it whether an earlier attempt
+ * took effect.
+ */
 export const REPLAY_HEADER = 'idempotent-replay';
+
+/** How an answer relates to its key: see {@link REPLAY_HEADER}. */
+export type KeyMark = 'first' | 'replay' | 'none';
+
+function markKey(reply: FastifyReply, mark: KeyMark | undefined): void {
+  if (mark === 'first') reply.header(REPLAY_HEADER, 'false');
+  else if (mark === 'replay') reply.header(REPLAY_HEADER, 'true');
+}
 
 /**
  * Sends a keyed route's answer as the RFC 8785 canonical bytes of its JSON
  * value, with `Location` (201, rebuilt from the resource id and the route's
  * template) and `ETag` (the body's `version`, when the route declares one for
  * the status): the same bytes and headers for the first answer and every
- * replay.
+ * replay, apart from the value of `Idempotent-Replay`.
  *
  * @param reply the reply.
  * @param route the keyed route.
  * @param answer status, JSON body (null for none) and the created resource's id.
- * @param replay whether this is a stored answer given again.
+ * @param mark `first` for the answer just stored, `replay` for a stored
+ *   answer given again, `none` for an answer not stored.
  * @returns the reply, sent.
  */
 export function sendAnswer(
   reply: FastifyReply,
   route: KeyedRoute,
   answer: { readonly status: number; readonly body: unknown; readonly resourceId: Id | null },
-  replay: boolean,
+  mark: KeyMark,
 ): FastifyReply {
   const { status, body, resourceId } = answer;
   reply.code(status);
-  if (replay) reply.header(REPLAY_HEADER, 'true');
+  markKey(reply, mark);
   if (status === 201 && route.location !== undefined && resourceId !== null) {
     reply.header('location', route.location.replace('{id}', resourceId));
   }
@@ -56,8 +72,8 @@ export function sendAnswer(
 
 /** How {@link sendProblem} writes a problem. */
 export interface ProblemOptions {
-  /** It answers from a stored row: adds `Idempotent-Replay: true`. Default false. */
-  readonly replay?: boolean;
+  /** How it relates to its key: `replay` adds `Idempotent-Replay: true`. Default `none`. */
+  readonly mark?: KeyMark;
   /**
    * The body in RFC 8785 canonical bytes, as every answer of a keyed request
    * is (default); false leaves it to the route's serializer, members in the
@@ -85,7 +101,7 @@ export function sendProblem(
   if (err.retryAfterSeconds !== undefined)
     reply.header('retry-after', String(err.retryAfterSeconds));
   for (const [name, value] of Object.entries(err.headers ?? {})) reply.header(name, value);
-  if (options.replay === true) reply.header(REPLAY_HEADER, 'true');
+  markKey(reply, options.mark);
   const body = toProblemBody(err, correlationId);
   reply.code(err.status).type(PROBLEM_CONTENT_TYPE);
   return options.canonical === false ? reply.send(body) : reply.send(canonicalJson(body));

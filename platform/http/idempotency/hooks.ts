@@ -103,8 +103,10 @@ export function keyedHooks(
   ): FastifyReply => {
     const answer = answerFromEntry(entry, state.sha256);
     record(req, reply, answer.outcome);
-    if (answer.outcome === 'replayed') return sendAnswer(reply, route, answer.entry, true);
-    return sendProblem(reply, answer.problem, req.id, { replay: answer.replay });
+    if (answer.outcome === 'replayed') return sendAnswer(reply, route, answer.entry, 'replay');
+    return sendProblem(reply, answer.problem, req.id, {
+      mark: answer.replay ? 'replay' : 'none',
+    });
   };
 
   const refuse = (req: FastifyRequest, reply: FastifyReply, err: AppError): never => {
@@ -211,7 +213,7 @@ export function keyedHooks(
           reply,
           route,
           { ...decision.answer, resourceId: decision.resourceId },
-          false,
+          'first',
         );
       case 'existing':
         return answerExisting(req, reply, state, decision.entry);
@@ -219,7 +221,7 @@ export function keyedHooks(
         record(req, reply, 'not_stored');
         for (const [name, value] of Object.entries(decision.answer.headers))
           reply.header(name, value);
-        return sendAnswer(reply, route, { ...decision.answer, resourceId: null }, false);
+        return sendAnswer(reply, route, { ...decision.answer, resourceId: null }, 'none');
       case 'in_progress':
         record(req, reply, 'in_progress');
         return sendProblem(reply, inProgressProblem(), req.id);

@@ -7,7 +7,7 @@
 /** Description of the header in the API document. */
 const KEY_DESCRIPTION =
   'A UUIDv7, bare or as an RFC 8941 string in double quotes. The first request under a key runs; a repeat with ' +
-  'the same request gets the stored answer with Idempotent-Replay: true; another request under the same key gets ' +
+  'the same request gets the stored answer with Idempotent-Replay: true (the first answer has false); another request under the same key gets ' +
   '422 idempotency_key_reuse; a repeat while the first still runs waits, then gets the answer or ' +
   '409 request_in_progress. Keys are per principal and expire. Ignored for anonymous callers.';
 
@@ -50,8 +50,11 @@ export function documentKeyedRoute(
       ...resHeaders,
       'Idempotent-Replay': {
         type: 'string',
-        enum: ['true'],
-        description: 'Present on a stored answer given again for a repeated Idempotency-Key.',
+        enum: ['true', 'false'],
+        description:
+          'The answer of the Idempotency-Key: false on the first answer, stored under the key with its effect; ' +
+          'true on that stored answer given again. Absent on an answer that was not stored (in progress, ' +
+          'key reuse, 401, 429, 5xx): such an answer does not say whether an earlier attempt took effect.',
       },
     };
     documented[status] = r;

@@ -250,7 +250,11 @@ void t.test(
     const first = await post(k.app, '/api/v1/accounts', { name: 'a' }, { 'idempotency-key': KEY });
     t.equal(first.statusCode, 201);
     t.equal(first.headers['content-type'], 'application/json; charset=utf-8');
-    t.notOk(first.headers['idempotent-replay'], 'the first answer is not a replay');
+    t.equal(
+      first.headers['idempotent-replay'],
+      'false',
+      'the first answer is the stored answer of the key, not a replay',
+    );
     const body = first.json<{ id: string; version: number }>();
     t.equal(
       first.body,
@@ -317,6 +321,11 @@ void t.test('reuse: another body, path or precondition under the same key is 422
   });
   t.equal(otherBody.statusCode, 422);
   t.equal(otherBody.json<{ code: string }>().code, 'idempotency_key_reuse');
+  t.equal(
+    otherBody.headers['idempotent-replay'],
+    undefined,
+    'a reuse is not the answer of the key',
+  );
   t.equal(otherBody.headers['content-type'], 'application/problem+json; charset=utf-8');
   const otherPath = await k.app.inject({
     method: 'PUT',
@@ -376,7 +385,12 @@ void t.test(
       'idempotency-key': KEY2,
     });
     t.equal(value.statusCode, 201, 'the key was not taken by the refused body');
-    t.equal(value.headers['idempotent-replay'], undefined);
+    t.equal(value.headers['idempotent-replay'], 'false', 'stored as a first answer');
+    t.equal(
+      dup.headers['idempotent-replay'],
+      undefined,
+      'the refusal before the plugin is unmarked',
+    );
     t.equal(k.calls.n, 2);
   },
 );
@@ -480,6 +494,7 @@ void t.test(
       { 'idempotency-key': KEY },
     );
     t.equal(notFound.statusCode, 404);
+    t.equal(notFound.headers['idempotent-replay'], 'false', 'a stored problem is marked');
     const notFoundAgain = await post(
       k.app,
       '/api/v1/accounts',
@@ -540,6 +555,11 @@ void t.test(
       const res = await post(k.app, '/api/v1/accounts', { name }, { 'idempotency-key': key });
       t.equal(res.statusCode, status, name);
       t.equal(k.store.size(), 0, `${name}: nothing stored`);
+      t.equal(
+        res.headers['idempotent-replay'],
+        undefined,
+        `${name}: an answer not stored is unmarked`,
+      );
     }
     t.same(k.effects, [], 'the crash effect was rolled back');
     t.notMatch(
@@ -650,7 +670,7 @@ void t.test('the same key under two principals is independent', async (t) => {
   );
   t.equal(a.statusCode, 201);
   t.equal(b.statusCode, 201);
-  t.notOk(b.headers['idempotent-replay']);
+  t.equal(b.headers['idempotent-replay'], 'false', "Bob's own first answer");
   t.not(a.json<{ id: string }>().id, b.json<{ id: string }>().id);
   t.same(k.effects, ['account a', 'account b']);
 });
@@ -666,7 +686,7 @@ void t.test('an expired key behaves as absent', async (t) => {
     { 'idempotency-key': KEY },
   );
   t.equal(later.statusCode, 201, 'a different body is no longer a reuse');
-  t.notOk(later.headers['idempotent-replay']);
+  t.equal(later.headers['idempotent-replay'], 'false', 'a first answer again');
   t.same(k.effects, ['account a', 'account other']);
 });
 
@@ -722,6 +742,11 @@ void t.test(
     t.equal(second.statusCode, 409);
     t.equal(second.json<{ code: string }>().code, 'request_in_progress');
     t.equal(second.headers['retry-after'], '1');
+    t.equal(
+      second.headers['idempotent-replay'],
+      undefined,
+      'in progress is not the answer of the key',
+    );
     blocker.release();
     const firstRes = await first;
     t.equal(firstRes.statusCode, 201);
