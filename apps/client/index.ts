@@ -61,7 +61,6 @@ export {
   runCli,
   parseCommandLine,
   parseDuration,
-  intentJson,
   EXIT,
   USAGE,
   UsageError,
@@ -70,6 +69,6 @@ export {
   type SendSettings,
   type Environment,
   type Output,
-  type IntentJson,
 } from './cli.js';
+export { intentJson, eventJson, type IntentJson } from './cli-output.js';
 export { silenceSqliteExperimentalWarning, isSqliteExperimentalWarning } from './warnings.js';

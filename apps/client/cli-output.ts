@@ -1,0 +1,224 @@
+/**
+ * What the command line prints: the JSON forms of intents and progress
+ * events (`--json`), and the human lines of results, progress and
+ * `outbox list`. Pure functions of what the outbox and the sender report.
+ */
+import type { Intent, IntentState } from './outbox.js';
+import type { SendEvent } from './sender.js';
+
+/** The JSON form of an intent, as `--json` prints it. */
+export interface IntentJson {
+  readonly seq: number;
+  readonly key: string;
+  readonly operation: string;
+  readonly method: string;
+  readonly path: string;
+  /** The body sent, parsed. */
+  readonly request: unknown;
+  readonly lanes: readonly string[];
+  readonly created_at: string;
+  readonly state: IntentState;
+  readonly failure: string | null;
+  readonly attempts: number;
+  readonly last_error: string | null;
+  /** For a pending intent, when it may be sent next. */
+  readonly next_attempt_at: string | null;
+  readonly answer: {
+    readonly status: number;
+    readonly replayed: boolean;
+    readonly headers: Readonly<Record<string, string>>;
+    /** The body parsed as JSON, or its text when it is not JSON. */
+    readonly body: unknown;
+  } | null;
+  readonly finished_at: string | null;
+}
+
+/**
+ * Parses JSON text, or keeps the text when it is not JSON.
+ *
+ * @param text the text.
+ * @returns the parsed value, or the text itself.
+ */
+export function parseOr(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return text;
+  }
+}
+
+/**
+ * A time as ISO 8601 text.
+ *
+ * @param ms milliseconds since the epoch.
+ * @returns e.g. `2026-06-01T10:00:00.000Z`.
+ */
+export const iso = (ms: number): string => new Date(ms).toISOString();
+
+/**
+ * The JSON form of an intent.
+ *
+ * @param intent the intent.
+ * @returns its `--json` form.
+ */
+export function intentJson(intent: Intent): IntentJson {
+  return {
+    seq: intent.seq,
+    key: intent.key,
+    operation: intent.operation,
+    method: intent.method,
+    path: intent.path,
+    request: intent.body === null ? null : parseOr(intent.body),
+    lanes: intent.lanes,
+    created_at: iso(intent.createdAt),
+    state: intent.state,
+    failure: intent.failure,
+    attempts: intent.attempts,
+    last_error: intent.lastError,
+    next_attempt_at:
+      intent.state === 'pending' ? iso(Math.max(intent.nextAttemptAt, intent.createdAt)) : null,
+    answer:
+      intent.answer === null
+        ? null
+        : {
+            status: intent.answer.status,
+            replayed: intent.answer.replayed,
+            headers: intent.answer.headers,
+            body: parseOr(intent.answer.body),
+          },
+    finished_at: intent.finishedAt === null ? null : iso(intent.finishedAt),
+  };
+}
+
+/**
+ * The JSON line of a progress event, as `--json` writes it to standard error.
+ *
+ * @param event the event.
+ * @returns its JSON form (snake_case members, the intent in its {@link intentJson} form).
+ */
+export function eventJson(event: SendEvent): Record<string, unknown> {
+  switch (event.type) {
+    case 'principal':
+      return { event: 'principal', principal_id: event.principalId };
+    case 'attempt':
+      return {
+        event: 'attempt',
+        key: event.key,
+        seq: event.seq,
+        operation: event.operation,
+        attempt: event.attempt,
+      };
+    case 'retry':
+      return {
+        event: 'retry',
+        key: event.key,
+        seq: event.seq,
+        operation: event.operation,
+        attempt: event.attempt,
+        error: event.error,
+        delay_ms: event.delayMs,
+      };
+    case 'settled':
+      return { event: 'settled', intent: intentJson(event.intent) };
+    case 'expired':
+      return { event: 'expired', intent: intentJson(event.intent), age_ms: event.ageMs };
+    case 'halted':
+      return { event: 'halted', reason: event.reason, detail: event.detail };
+  }
+}
+
+function seconds(ms: number): string {
+  return ms < 1_000 ? `${String(ms)}ms` : `${(ms / 1_000).toFixed(1)}s`;
+}
+
+/**
+ * One line on what an intent's answer or state is, for people.
+ *
+ * @param intent the intent.
+ * @returns the line, without a newline.
+ */
+export function outcome(intent: Intent): string {
+  const a = intent.answer;
+  if (intent.state === 'pending') {
+    const last = intent.lastError === null ? '' : `, last: ${intent.lastError}`;
+    return `pending (attempts ${String(intent.attempts)}${last})`;
+  }
+  if (intent.failure === 'expired') {
+    return 'expired: its key is older than the key TTL less the margin, so it was not sent again; check whether it took effect before stating it again';
+  }
+  if (a === null) return intent.state;
+  const body = parseOr(a.body);
+  const problem =
+    typeof body === 'object' && body !== null ? (body as Record<string, unknown>) : {};
+  const code = typeof problem['code'] === 'string' ? ` ${problem['code']}` : '';
+  const reason = typeof problem['reason'] === 'string' ? ` (${problem['reason']})` : '';
+  const detail = typeof problem['detail'] === 'string' ? `: ${problem['detail']}` : '';
+  const replay = a.replayed ? ' (replayed: the stored answer of an earlier attempt)' : '';
+  if (intent.failure === 'key_reuse') {
+    return `${String(a.status)}${code}: the key was used for another request, a bug of the caller; not sent again, and no new key is made`;
+  }
+  if (intent.failure === 'unexpected_answer') {
+    return `${String(a.status)}${code}${detail}: an answer the API does not give to this request; not sent again`;
+  }
+  if (a.status >= 200 && a.status < 300) return `${String(a.status)}${replay}`;
+  return `${String(a.status)}${code}${reason}${detail}${replay}`;
+}
+
+/**
+ * The human line of a progress event, written to standard error.
+ *
+ * @param event the event.
+ * @returns the line, without a newline.
+ */
+export function progressLine(event: SendEvent): string {
+  switch (event.type) {
+    case 'principal':
+      return `sending as principal ${event.principalId}`;
+    case 'attempt':
+      return `sending ${event.operation} ${event.key} (attempt ${String(event.attempt)})`;
+    case 'retry':
+      return `attempt ${String(event.attempt)} of ${event.operation}${event.key === null ? '' : ` ${event.key}`}: ${event.error}; next attempt in ${seconds(event.delayMs)}`;
+    case 'settled':
+      return `settled ${event.intent.operation} ${event.intent.key}: ${outcome(event.intent)}`;
+    case 'expired':
+      return `expired ${event.intent.operation} ${event.intent.key} (${seconds(event.ageMs)} old): not sent`;
+    case 'halted':
+      return `stopped: ${event.detail}`;
+  }
+}
+
+/**
+ * The result line of a command's own intent, written to standard output.
+ *
+ * @param intent the intent as it stands after the command.
+ * @param fromOutbox whether it was stated before (its key was in the outbox already).
+ * @returns the line, without a newline.
+ */
+export function resultLine(intent: Intent, fromOutbox: boolean): string {
+  const prefix = `${intent.operation === 'createTransfer' ? 'transfer' : 'account'} ${intent.key}`;
+  const again = fromOutbox ? ' (from the outbox: stated before, not sent again)' : '';
+  const a = intent.answer;
+  if (intent.state === 'pending') {
+    return `${prefix}: still pending (attempts ${String(intent.attempts)}${intent.lastError === null ? '' : `, last: ${intent.lastError}`}); "client outbox drain" (or this command with --key ${intent.key}) sends it with the same key`;
+  }
+  if (intent.state === 'failed') return `${prefix}: FAILED: ${outcome(intent)}`;
+  if (a !== null && a.status >= 200 && a.status < 300) {
+    const body = parseOr(a.body) as Record<string, unknown>;
+    const replay = a.replayed ? ' (a replay of the stored answer)' : '';
+    if (intent.operation === 'createAccount') {
+      return `account ${String(body['id'])} "${String(body['name'])}" opened with balance ${String(body['balance'])}${replay}${again}`;
+    }
+    return `${prefix}: ${String(a.status)} created: transfer ${String(body['id'])} moved ${String(body['amount'])} from ${String(body['from_account_id'])} to ${String(body['to_account_id'])}${replay}${again}`;
+  }
+  return `${prefix}: refused: ${outcome(intent)}${again}`;
+}
+
+/**
+ * The line of an intent in `outbox list`.
+ *
+ * @param intent the intent.
+ * @returns the line, without a newline.
+ */
+export function listLine(intent: Intent): string {
+  return `${String(intent.seq).padStart(4)}  ${intent.state.padEnd(7)}  ${intent.operation.padEnd(14)} ${intent.key}  ${iso(intent.createdAt)}  ${outcome(intent)}`;
+}
