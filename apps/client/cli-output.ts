@@ -26,6 +26,8 @@ export interface IntentJson {
   readonly answer: {
     readonly status: number;
     readonly replayed: boolean;
+    /** Whether it carried `Idempotent-Replay` (the key's stored answer); null: not known. */
+    readonly marked: boolean | null;
     readonly headers: Readonly<Record<string, string>>;
     /** The body parsed as JSON, or its text when it is not JSON. */
     readonly body: unknown;
@@ -83,6 +85,7 @@ export function intentJson(intent: Intent): IntentJson {
         : {
             status: intent.answer.status,
             replayed: intent.answer.replayed,
+            marked: intent.answer.marked,
             headers: intent.answer.headers,
             body: parseOr(intent.answer.body),
           },

@@ -44,7 +44,12 @@ void t.test(
     const file = await tempFile(t);
     let now = 1_000;
     const outbox = Outbox.open(file, { clock: () => now });
-    t.same(outbox.storage(), { journalMode: 'wal', synchronous: 'full', lockingMode: 'exclusive' });
+    t.same(outbox.storage(), {
+      journalMode: 'wal',
+      synchronous: 'full',
+      lockingMode: 'exclusive',
+      foreignKeys: true,
+    });
     const { intent, created } = outbox.enqueue(transfer(2500));
     t.ok(created);
     t.match(intent.key, KEY, 'the key is a UUIDv7');
@@ -144,14 +149,26 @@ void t.test('ready intents: one at a time per lane, in the order stated', async 
     attempts: 2,
     state: 'done',
     failure: null,
-    answer: { status: 201, replayed: true, headers: { location: '/x' }, body: '{"id":"t"}' },
+    answer: {
+      status: 201,
+      replayed: true,
+      marked: true,
+      headers: { location: '/x' },
+      body: '{"id":"t"}',
+    },
     now: 600,
   });
   outbox.recordFinal(de.seq, {
     attempts: 1,
     state: 'failed',
     failure: 'key_reuse',
-    answer: { status: 422, replayed: false, headers: {}, body: '{"code":"idempotency_key_reuse"}' },
+    answer: {
+      status: 422,
+      replayed: false,
+      marked: false,
+      headers: {},
+      body: '{"code":"idempotency_key_reuse"}',
+    },
     now: 700,
   });
   t.same(

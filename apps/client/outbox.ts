@@ -16,6 +16,24 @@
 import { randomBytes } from 'node:crypto';
 import type { DatabaseSync, SQLInputValue } from 'node:sqlite';
 import canonicalize from 'canonicalize';
+import {
+  IntentConflictError,
+  OutboxCorruptError,
+  OutboxError,
+  OutboxLockedError,
+  OutboxOpenError,
+  OutboxPrincipalError,
+} from './outbox-errors.js';
+import { FAILURES, prepareSchema } from './outbox-schema.js';
+
+export {
+  IntentConflictError,
+  OutboxCorruptError,
+  OutboxError,
+  OutboxLockedError,
+  OutboxOpenError,
+  OutboxPrincipalError,
+};
 
 /** Where an intent stands. */
 export type IntentState = 'pending' | 'done' | 'failed';
@@ -25,9 +43,14 @@ export type IntentState = 'pending' | 'done' | 'failed';
  * idempotency_key_reuse`: the key was used for another request, a bug of the
  * caller), `expired` (the key became older than the server keeps keys before
  * it could be sent; it was not sent again), `unexpected_answer` (an answer
- * the API does not give to such a request, e.g. 405 or 428).
+ * the API does not give to such a request, e.g. 405 or 428),
+ * `outcome_unknown` (an error the server would store, 400, 403, 404, 409,
+ * 410, 412, 413, 415 or 422, but without `Idempotent-Replay`, so not the
+ * key's stored answer: a gateway's, or a refusal before the key was looked
+ * up; after an earlier attempt that may have reached the server, whether
+ * the intent took effect is not known).
  */
-export type FailureReason = 'key_reuse' | 'expired' | 'unexpected_answer';
+export type FailureReason = 'key_reuse' | 'expired' | 'unexpected_answer' | 'outcome_unknown';
 
 /** The HTTP methods of writes. */
 export type WriteMethod = 'POST' | 'PUT' | 'PATCH' | 'DELETE';
@@ -38,6 +61,14 @@ export interface RecordedAnswer {
   readonly status: number;
   /** Whether the server sent `Idempotent-Replay: true` (the stored answer of an earlier attempt). */
   readonly replayed: boolean;
+  /**
+   * Whether the answer carried `Idempotent-Replay` (`true` or `false`): the
+   * key's stored answer, given first or again. Without it the answer was
+   * not stored under the key (docs/api/README.md, "Which answers are
+   * stored"). Null: not known, for an answer recorded by a client of schema
+   * version 1, which kept only whether it was a replay.
+   */
+  readonly marked: boolean | null;
   /** The headers kept, by lower-case name: location, etag, content-type, correlation-id. */
   readonly headers: Readonly<Record<string, string>>;
   /** The body exactly as received (JSON text for every answer of this API). */
@@ -70,6 +101,13 @@ export interface Intent {
   readonly attempts: number;
   /** When a pending intent may be sent next, in milliseconds since the epoch. */
   readonly nextAttemptAt: number;
+  /**
+   * When the attempt in flight started, in milliseconds since the epoch:
+   * recorded before its first byte is sent, cleared when it ends. On an
+   * intent no process is sending, it names an attempt cut off (a crash, a
+   * kill) that may have reached the server. Null when none is in flight.
+   */
+  readonly attemptStartedAt: number | null;
   /** What the last unsuccessful attempt met, e.g. `503 service_unavailable` or `ECONNREFUSED`. */
   readonly lastError: string | null;
   /** The final answer, for `done` and for `failed` with key_reuse or unexpected_answer. */
@@ -125,82 +163,24 @@ export interface OutboxOptions {
 
 /** The storage settings of an open outbox, as SQLite reports them. */
 export interface StorageSettings {
+  /** `wal`. */
   readonly journalMode: string;
+  /** `full`. */
   readonly synchronous: string;
+  /** `exclusive`. */
   readonly lockingMode: string;
+  /** Whether foreign keys are enforced (true once open). */
+  readonly foreignKeys: boolean;
 }
 
-/** Base of the outbox's own errors. */
-export class OutboxError extends Error {
-  override readonly name: string = 'OutboxError';
-}
-
-/** The file cannot be used as an outbox: unreadable, not a database, another database, or newer. */
-export class OutboxOpenError extends OutboxError {
-  override readonly name = 'OutboxOpenError';
-}
-
-/** Another connection (in this process or another) holds the outbox file. */
-export class OutboxLockedError extends OutboxError {
-  override readonly name = 'OutboxLockedError';
-}
-
-/** A row of the outbox does not hold what the outbox writes; it is never sent. */
-export class OutboxCorruptError extends OutboxError {
-  override readonly name = 'OutboxCorruptError';
-}
-
-/** The token's principal is not the one the outbox belongs to. */
-export class OutboxPrincipalError extends OutboxError {
-  override readonly name = 'OutboxPrincipalError';
-}
-
-/** A key already in the outbox was stated again for another request. */
-export class IntentConflictError extends OutboxError {
-  override readonly name = 'IntentConflictError';
-}
-
-const SCHEMA_VERSION = '1';
 const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 const METHODS: readonly string[] = ['POST', 'PUT', 'PATCH', 'DELETE'];
 const STATES: readonly string[] = ['pending', 'done', 'failed'];
-const FAILURES: readonly string[] = ['key_reuse', 'expired', 'unexpected_answer'];
 const SYNCHRONOUS = ['off', 'normal', 'full', 'extra'];
 /** SQLite's result codes met when opening (sqlite3.h). */
 const SQLITE_BUSY = 5;
 const SQLITE_LOCKED = 6;
 const SQLITE_NOTADB = 26;
-
-const SCHEMA = `
-create table meta (name text primary key, value text not null) strict;
-create table intents (
-  seq integer primary key autoincrement,
-  key text not null unique,
-  operation text not null,
-  method text not null,
-  path text not null,
-  body text,
-  lanes text not null,
-  created_at integer not null,
-  state text not null default 'pending' check (state in ('pending', 'done', 'failed')),
-  failure text check (failure in ('key_reuse', 'expired', 'unexpected_answer')),
-  attempts integer not null default 0,
-  next_attempt_at integer not null default 0,
-  last_error text,
-  status integer,
-  replayed integer,
-  answer_headers text,
-  answer_body text,
-  finished_at integer
-) strict;
-create index intents_pending on intents (seq) where state = 'pending';
-create table intent_lanes (
-  lane text not null,
-  seq integer not null references intents (seq),
-  primary key (lane, seq)
-) strict, without rowid;
-insert into meta (name, value) values ('schema_version', '${SCHEMA_VERSION}');
-`;
 
 /** Pending intents that no earlier pending intent shares a lane with. */
 const LANE_HEADS = `
@@ -283,14 +263,17 @@ export class Outbox {
   }
 
   /**
-   * Opens (or creates) an outbox file and takes its lock.
+   * Opens (or creates) an outbox file and takes its lock; a file of schema
+   * version 1 is migrated to version 2 in one transaction.
    *
    * @param file the file's path; a new file is created (its folder must exist).
    * @param options the clock stamping new intents.
    * @returns the open outbox; close it when done.
    * @throws OutboxLockedError when another connection holds the file.
    * @throws OutboxOpenError when the file cannot be opened, is not a SQLite
-   *   database, holds other tables, or was written by a newer client.
+   *   database, holds other tables, was written by a newer client, or is of
+   *   schema version 1 and its migration to version 2 failed (it is left as
+   *   it was).
    */
   static open(file: string, options: OutboxOptions = {}): Outbox {
     const { DatabaseSync: Database } = process.getBuiltinModule('node:sqlite');
@@ -306,14 +289,18 @@ export class Outbox {
       db.exec('pragma locking_mode = exclusive');
       db.exec('pragma journal_mode = wal');
       db.exec('pragma synchronous = full');
+      // Off for a migration (outbox-schema.ts), which moves the table the
+      // lanes refer to; the pragma does nothing inside a transaction.
+      db.exec('pragma foreign_keys = off');
       db.exec('begin immediate');
       try {
-        Outbox.prepareSchema(db, file);
+        prepareSchema(db, file);
         db.exec('commit');
       } catch (err) {
         db.exec('rollback');
         throw err;
       }
+      db.exec('pragma foreign_keys = on');
     } catch (err) {
       db.close();
       if (err instanceof OutboxError) throw err;
@@ -331,28 +318,6 @@ export class Outbox {
     return new Outbox(file, db, options.clock ?? Date.now);
   }
 
-  private static prepareSchema(db: DatabaseSync, file: string): void {
-    const tables = db
-      .prepare(`select name from sqlite_master where type = 'table' and name not like 'sqlite_%'`)
-      .all()
-      .map((r) => String(r['name']));
-    if (tables.length === 0) {
-      db.exec(SCHEMA);
-      return;
-    }
-    if (!tables.includes('meta') || !tables.includes('intents')) {
-      throw new OutboxOpenError(
-        `cannot open outbox ${file}: the database is not an outbox (it holds ${tables.join(', ')})`,
-      );
-    }
-    const version = db.prepare(`select value from meta where name = 'schema_version'`).get();
-    if (version?.['value'] !== SCHEMA_VERSION) {
-      throw new OutboxOpenError(
-        `cannot open outbox ${file}: it has schema version ${String(version?.['value'])}, this client knows ${SCHEMA_VERSION}`,
-      );
-    }
-  }
-
   private get open(): DatabaseSync {
     if (this.db === undefined) throw new OutboxError(`outbox ${this.file} is closed`);
     return this.db;
@@ -361,7 +326,8 @@ export class Outbox {
   /**
    * The storage settings in force, for a check or a report.
    *
-   * @returns journal mode, synchronous level and locking mode, in lower case.
+   * @returns journal mode, synchronous level and locking mode, in lower
+   *   case, and whether foreign keys are enforced.
    */
   storage(): StorageSettings {
     const db = this.open;
@@ -375,6 +341,7 @@ export class Outbox {
       journalMode: one('journal_mode').toLowerCase(),
       synchronous: SYNCHRONOUS[Number(sync)] ?? sync,
       lockingMode: one('locking_mode').toLowerCase(),
+      foreignKeys: one('foreign_keys') === '1',
     };
   }
 
@@ -550,8 +517,9 @@ export class Outbox {
     const { answer } = record;
     this.update(
       seq,
-      `update intents set state = ?, failure = ?, attempts = ?, status = ?, replayed = ?,
-              answer_headers = ?, answer_body = ?, finished_at = ?
+      `update intents set state = ?, failure = ?, attempts = ?, attempt_started_at = null,
+              status = ?, replayed = ?, marked = ?, answer_headers = ?, answer_body = ?,
+              finished_at = ?
         where seq = ? and state = 'pending'`,
       [
         record.state,
@@ -559,6 +527,7 @@ export class Outbox {
         record.attempts,
         answer.status,
         answer.replayed ? 1 : 0,
+        answer.marked === null ? null : answer.marked ? 1 : 0,
         JSON.stringify(answer.headers),
         answer.body,
         record.now,
@@ -683,6 +652,7 @@ export class Outbox {
       answer = {
         status: int('status'),
         replayed: int('replayed') === 1,
+        marked: row['marked'] === null ? null : int('marked') === 1,
         headers: headers as Record<string, string>,
         body: text('answer_body'),
       };
@@ -700,6 +670,7 @@ export class Outbox {
       failure: failure as FailureReason | null,
       attempts: int('attempts'),
       nextAttemptAt: int('next_attempt_at'),
+      attemptStartedAt: row['attempt_started_at'] === null ? null : int('attempt_started_at'),
       lastError: row['last_error'] === null ? null : text('last_error'),
       answer,
       finishedAt: row['finished_at'] === null ? null : int('finished_at'),

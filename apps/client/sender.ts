@@ -441,6 +441,7 @@ export class Sender {
         answer: {
           status: answer.status,
           replayed: answer.replayed,
+          marked: answer.marked,
           headers: answer.headers,
           body: answer.body,
         },
@@ -515,9 +516,11 @@ export class Sender {
       const value = res.headers.get(name);
       if (value !== null) kept[name] = value;
     }
+    const marker = res.headers.get('idempotent-replay')?.trim().toLowerCase();
     return {
       status: res.status,
-      replayed: res.headers.get('idempotent-replay') === 'true',
+      replayed: marker === 'true',
+      marked: marker === 'true' || marker === 'false',
       headers: kept,
       body: text,
       retryAfter: res.headers.get('retry-after'),

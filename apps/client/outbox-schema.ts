@@ -1,0 +1,139 @@
+/**
+ * The outbox file's schema. Version 2 adds, to what version 1 kept, the
+ * failure reason `outcome_unknown`, the answer's `Idempotent-Replay` marker
+ * (`marked`) and the start of the attempt in flight
+ * (`attempt_started_at`). A version 1 file is migrated when it is opened,
+ * in the opener's transaction: SQLite cannot alter a CHECK, so the intents
+ * move to a new table by the procedure of the SQLite documentation ("Making
+ * Other Kinds Of Table Schema Changes": create the new table, copy, drop
+ * the old one, rename the new one, make its indexes again, check the
+ * foreign keys), with foreign keys off, which the opener turns off before
+ * its transaction and on after it.
+ */
+import type { DatabaseSync } from 'node:sqlite';
+import { OutboxOpenError } from './outbox-errors.js';
+
+/** The schema version this client writes. */
+export const SCHEMA_VERSION = '2';
+
+/** The failure reasons the schema allows, in the order they were added. */
+export const FAILURES: readonly string[] = [
+  'key_reuse',
+  'expired',
+  'unexpected_answer',
+  'outcome_unknown',
+];
+
+const intentsTable = (name: string): string => `
+create table ${name} (
+  seq integer primary key autoincrement,
+  key text not null unique,
+  operation text not null,
+  method text not null,
+  path text not null,
+  body text,
+  lanes text not null,
+  created_at integer not null,
+  state text not null default 'pending' check (state in ('pending', 'done', 'failed')),
+  failure text check (failure in (${FAILURES.map((f) => `'${f}'`).join(', ')})),
+  attempts integer not null default 0,
+  next_attempt_at integer not null default 0,
+  attempt_started_at integer,
+  last_error text,
+  status integer,
+  replayed integer,
+  marked integer check (marked in (0, 1)),
+  answer_headers text,
+  answer_body text,
+  finished_at integer
+) strict;`;
+
+const PENDING_INDEX = `create index intents_pending on intents (seq) where state = 'pending';`;
+
+const SCHEMA = `
+create table meta (name text primary key, value text not null) strict;
+${intentsTable('intents')}
+${PENDING_INDEX}
+create table intent_lanes (
+  lane text not null,
+  seq integer not null references intents (seq),
+  primary key (lane, seq)
+) strict, without rowid;
+insert into meta (name, value) values ('schema_version', '${SCHEMA_VERSION}');
+`;
+
+/** The columns of version 1's intents, all kept by version 2. */
+const V1_COLUMNS =
+  'seq, key, operation, method, path, body, lanes, created_at, state, failure, attempts, next_attempt_at, last_error, status, replayed, answer_headers, answer_body, finished_at';
+
+/**
+ * Version 1 to 2. A replay was marked (`Idempotent-Replay: true`); whether
+ * an answer recorded as no replay carried `Idempotent-Replay: false` was not
+ * kept, so its `marked` is null (not known).
+ */
+const MIGRATE_V1 = `
+${intentsTable('intents_v2')}
+insert into intents_v2 (${V1_COLUMNS}, marked, attempt_started_at)
+  select ${V1_COLUMNS}, case when replayed = 1 then 1 end, null from intents;
+drop table intents;
+alter table intents_v2 rename to intents;
+${PENDING_INDEX}
+update meta set value = '2' where name = 'schema_version';
+`;
+
+function migrateFromV1(db: DatabaseSync, file: string): void {
+  const sequence = (sql: string): number => Number(db.prepare(sql).get()?.['seq'] ?? 0);
+  const used = sequence(`select seq from sqlite_sequence where name = 'intents'`);
+  db.exec(MIGRATE_V1);
+  // The copy sets the sequence to the largest seq copied; the old one may
+  // have been larger (a row removed by hand), and numbers are never reused.
+  const copied = sequence('select coalesce(max(seq), 0) as seq from intents');
+  db.exec(`delete from sqlite_sequence where name = 'intents'`);
+  db.prepare(`insert into sqlite_sequence (name, seq) values ('intents', ?)`).run(
+    Math.max(used, copied),
+  );
+  const broken = db.prepare('pragma foreign_key_check').all();
+  if (broken.length > 0) {
+    const tables = [...new Set(broken.map((r) => String(r['table'])))].join(', ');
+    throw new OutboxOpenError(
+      `cannot open outbox ${file}: migrating it from schema version 1 to ${SCHEMA_VERSION} failed: ${tables} has rows that break their foreign key (pragma foreign_key_check found ${String(broken.length)}); the file is left as it was: repair or remove those rows`,
+    );
+  }
+}
+
+/**
+ * Makes the schema in an empty database, or checks an outbox's version and
+ * migrates a version 1 file to version 2. Runs inside the caller's write
+ * transaction (a failed migration is rolled back with it), with foreign
+ * keys off.
+ *
+ * @param db the open database, in a write transaction, foreign keys off.
+ * @param file the file's path, for messages.
+ * @throws OutboxOpenError when the database holds other tables, has another
+ *   schema version than 1 or 2, or breaks a foreign key while migrated.
+ */
+export function prepareSchema(db: DatabaseSync, file: string): void {
+  const tables = db
+    .prepare(`select name from sqlite_master where type = 'table' and name not like 'sqlite_%'`)
+    .all()
+    .map((r) => String(r['name']));
+  if (tables.length === 0) {
+    db.exec(SCHEMA);
+    return;
+  }
+  if (!tables.includes('meta') || !tables.includes('intents')) {
+    throw new OutboxOpenError(
+      `cannot open outbox ${file}: the database is not an outbox (it holds ${tables.join(', ')})`,
+    );
+  }
+  const version = db.prepare(`select value from meta where name = 'schema_version'`).get();
+  if (version?.['value'] === '1') {
+    migrateFromV1(db, file);
+    return;
+  }
+  if (version?.['value'] !== SCHEMA_VERSION) {
+    throw new OutboxOpenError(
+      `cannot open outbox ${file}: it has schema version ${String(version?.['value'])}, this client knows 1 and ${SCHEMA_VERSION}`,
+    );
+  }
+}
