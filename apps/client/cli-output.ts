@@ -20,6 +20,8 @@ export interface IntentJson {
   readonly state: IntentState;
   readonly failure: string | null;
   readonly attempts: number;
+  /** When the attempt in flight started; on a listed intent, an attempt cut off before its answer. */
+  readonly attempt_started_at: string | null;
   readonly last_error: string | null;
   /** For a pending intent, when it may be sent next. */
   readonly next_attempt_at: string | null;
@@ -76,6 +78,7 @@ export function intentJson(intent: Intent): IntentJson {
     state: intent.state,
     failure: intent.failure,
     attempts: intent.attempts,
+    attempt_started_at: intent.attemptStartedAt === null ? null : iso(intent.attemptStartedAt),
     last_error: intent.lastError,
     next_attempt_at:
       intent.state === 'pending' ? iso(Math.max(intent.nextAttemptAt, intent.createdAt)) : null,
@@ -143,8 +146,13 @@ function seconds(ms: number): string {
 export function outcome(intent: Intent): string {
   const a = intent.answer;
   if (intent.state === 'pending') {
-    const last = intent.lastError === null ? '' : `, last: ${intent.lastError}`;
-    return `pending (attempts ${String(intent.attempts)}${last})`;
+    // Set while an attempt is in flight: when the outbox is read, no
+    // process is sending it (the file is locked), so it was cut off.
+    const cut = intent.attemptStartedAt !== null;
+    const last =
+      intent.lastError === null ? '' : `${cut ? '; before it' : ', last'}: ${intent.lastError}`;
+    const how = cut ? ', the last cut off before its answer: it may have reached the server' : '';
+    return `pending (attempts ${String(intent.attempts)}${how}${last})`;
   }
   if (intent.failure === 'expired') {
     return 'expired: its key is older than the key TTL less the margin, so it was not sent again; check whether it took effect before stating it again';

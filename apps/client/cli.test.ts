@@ -428,3 +428,33 @@ void t.test(
     t.match(list.stdout, /the outbox is empty/);
   },
 );
+
+void t.test('outbox list names an attempt cut off before its answer (finding 6)', async (t) => {
+  const file = path.join(await tempDir(t), 'outbox.sqlite');
+  const outbox = Outbox.open(file);
+  const { intent } = outbox.enqueue({
+    operation: 'createTransfer',
+    method: 'POST',
+    path: '/api/v1/transfers',
+    body: { from_account_id: ID_A, to_account_id: ID_B, amount: 1 },
+    lanes: [],
+  });
+  outbox.close();
+  // What a process killed during its first attempt leaves behind.
+  const db = new DatabaseSync(file);
+  db.exec(`update intents set attempts = 1, attempt_started_at = ${String(Date.now())}`);
+  db.close();
+  const human = io();
+  t.equal(await runCli(['outbox', 'list'], { CLIENT_OUTBOX: file }, human), EXIT.ok);
+  t.match(
+    human.out(),
+    new RegExp(
+      `pending\\s+createTransfer ${intent.key} .*pending \\(attempts 1, the last cut off before its answer: it may have reached the server\\)`,
+    ),
+  );
+  const machine = io();
+  await runCli(['outbox', 'list', '--json'], { CLIENT_OUTBOX: file }, machine);
+  t.match(JSON.parse(machine.out()), {
+    intents: [{ key: intent.key, attempts: 1, attempt_started_at: /^\d{4}-/ }],
+  });
+});

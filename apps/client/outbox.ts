@@ -97,7 +97,11 @@ export interface Intent {
   readonly state: IntentState;
   /** Why it failed, for state `failed`; otherwise null. */
   readonly failure: FailureReason | null;
-  /** How many attempts got an answer or an error so far. */
+  /**
+   * How many attempts were started so far: each is counted, durably, before
+   * its first byte is sent, so one cut off by a crash, a kill or the
+   * caller's abort is counted too (its bytes may have left).
+   */
   readonly attempts: number;
   /** When a pending intent may be sent next, in milliseconds since the epoch. */
   readonly nextAttemptAt: number;
@@ -488,6 +492,26 @@ export class Outbox {
   }
 
   /**
+   * Records, durably, that an attempt starts, before its first byte is sent:
+   * a crash or a kill during the attempt leaves the count true, and the
+   * attempt marked as started ({@link Intent.attemptStartedAt}), so a later
+   * answer is known to follow an attempt that may have reached the server.
+   *
+   * @param seq the intent.
+   * @param attempts the attempts made so far, this one included.
+   * @param now the current time in milliseconds since the epoch.
+   * @throws OutboxError when no pending intent has that number.
+   */
+  recordAttempt(seq: number, attempts: number, now: number): void {
+    this.update(
+      seq,
+      `update intents set attempts = ?, attempt_started_at = ?
+        where seq = ? and state = 'pending'`,
+      [attempts, now, seq],
+    );
+  }
+
+  /**
    * Records an attempt that is to be repeated with the same key.
    *
    * @param seq the intent.
@@ -499,7 +523,8 @@ export class Outbox {
   recordRetry(seq: number, attempts: number, nextAttemptAt: number, error: string): void {
     this.update(
       seq,
-      `update intents set attempts = ?, next_attempt_at = ?, last_error = ?
+      `update intents set attempts = ?, next_attempt_at = ?, last_error = ?,
+              attempt_started_at = null
         where seq = ? and state = 'pending'`,
       [attempts, nextAttemptAt, error, seq],
     );
@@ -547,7 +572,8 @@ export class Outbox {
   recordExpired(seq: number, now: number): void {
     this.update(
       seq,
-      `update intents set state = 'failed', failure = 'expired', finished_at = ?
+      `update intents set state = 'failed', failure = 'expired', finished_at = ?,
+              attempt_started_at = null
         where seq = ? and state = 'pending'`,
       [now, seq],
     );

@@ -395,8 +395,8 @@ void t.test('a deadline, a target and an abort end the drain with the rest kept'
   t.equal(a.stoppedBy, 'aborted');
   t.match(
     aborted.outbox.get(held.key),
-    { state: 'pending', attempts: 0 },
-    'an aborted attempt is no attempt',
+    { state: 'pending', attempts: 1, attemptStartedAt: null, lastError: /^interrupted/ },
+    'an aborted attempt counts: its bytes may have left',
   );
   const again = await aborted.sender.drain({ signal: ctrl.signal });
   t.equal(again.stoppedBy, 'aborted', 'an aborted signal sends nothing');
@@ -475,4 +475,30 @@ void t.test("a caller's key ages from its own time when that is earlier (review)
   s.script.push(json(201, { id: 'u' }));
   await s.sender.drain();
   t.match(s.outbox.get(later.key), { state: 'done' });
+});
+
+void t.test('an attempt is recorded before its request is sent (finding 6)', async (t) => {
+  const s = await setup(t);
+  const { intent } = s.outbox.enqueue(transfer(1));
+  const during: unknown[] = [];
+  s.script.push(
+    (res) => {
+      during.push(s.outbox.get(intent.key));
+      json(503, { code: 'service_unavailable' })(res);
+    },
+    (res) => {
+      during.push(s.outbox.get(intent.key));
+      json(201, { id: 't' }, { 'idempotent-replay': 'false' })(res);
+    },
+  );
+  await s.sender.drain();
+  t.match(
+    during,
+    [
+      { state: 'pending', attempts: 1, attemptStartedAt: START },
+      { state: 'pending', attempts: 2, attemptStartedAt: START + 75 },
+    ],
+    'while the server holds a request, the outbox counts it, with its start',
+  );
+  t.match(s.outbox.get(intent.key), { state: 'done', attempts: 2, attemptStartedAt: null });
 });

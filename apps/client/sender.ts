@@ -120,7 +120,10 @@ export interface DrainReport {
 export interface DrainOptions {
   /** Start no attempt at or after this time (milliseconds since the epoch); default: none. */
   readonly deadline?: number;
-  /** Stop (attempts in flight are abandoned, their intents stay pending) when this aborts. */
+  /**
+   * Stop when this aborts: attempts in flight are abandoned, counted as
+   * attempts (their bytes may have left), and their intents stay pending.
+   */
   readonly signal?: AbortSignal;
   /** Stop as soon as the intent with this key reaches a final state. */
   readonly target?: string;
@@ -414,6 +417,10 @@ export class Sender {
       return undefined;
     }
     const attempt = intent.attempts + 1;
+    // Counted, durably, before the first byte leaves (finding 6): a crash
+    // during the attempt leaves the count true, and the count is how a
+    // later answer knows an earlier attempt may have reached the server.
+    outbox.recordAttempt(intent.seq, attempt, started);
     this.emit({
       type: 'attempt',
       key: intent.key,
@@ -425,9 +432,17 @@ export class Sender {
     try {
       answer = await this.request(intent.method, intent.path, intent.body, intent.key, signal);
     } catch (err) {
-      // An attempt cut short by the caller is no attempt: the intent stays
-      // as it was, to be sent again with the same key.
-      if (signal.aborted) return undefined;
+      // An attempt cut short by the caller counts (its bytes may have
+      // left); the intent is due again at once, with the same key.
+      if (signal.aborted) {
+        outbox.recordRetry(
+          intent.seq,
+          attempt,
+          this.clock(),
+          'interrupted before the answer: the attempt may have reached the server',
+        );
+        return undefined;
+      }
       this.scheduleRetry(intent, attempt, describeError(err, this.options.timeoutMs), undefined);
       return undefined;
     }

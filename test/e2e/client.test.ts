@@ -136,7 +136,11 @@ void t.test('the outbox end to end', async (t) => {
       const left = Outbox.open(env.CLIENT_OUTBOX);
       const pending = left.list();
       left.close();
-      t.match(pending, [{ state: 'pending', key: held.key }], 'the intent outlived the process');
+      t.match(
+        pending,
+        [{ state: 'pending', key: held.key, attempts: 1, attemptStartedAt: Number }],
+        'the intent outlived the process, its attempt counted (finding 6)',
+      );
 
       const restart = await runClient(['outbox', 'drain', '--json'], {
         ...env,
@@ -180,6 +184,9 @@ void t.test('the outbox end to end', async (t) => {
       client.child.kill('SIGKILL');
       await client.exited;
       t.equal((await ledger(w.db, a, b)).transfers.length, 0, 'nothing reached the server');
+      const left = Outbox.open(env.CLIENT_OUTBOX);
+      t.match(left.list(), [{ key: held.key, attempts: 1 }], 'the attempt that left is counted');
+      left.close();
       const restart = await runClient(['outbox', 'drain', '--json'], {
         ...env,
         CLIENT_BASE_URL: base,
