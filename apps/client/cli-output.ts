@@ -137,6 +137,18 @@ function seconds(ms: number): string {
   return ms < 1_000 ? `${String(ms)}ms` : `${(ms / 1_000).toFixed(1)}s`;
 }
 
+/** What to check when an intent may or may not have taken effect. */
+function checkAdvice(intent: Intent): string {
+  switch (intent.operation) {
+    case 'createTransfer':
+      return 'check the balances of both accounts (GET /api/v1/accounts/{id})';
+    case 'createAccount':
+      return 'check whether the account was opened';
+    default:
+      return `check whether ${intent.method} ${intent.path} took effect (e.g. GET what it writes)`;
+  }
+}
+
 /**
  * One line on what an intent's answer or state is, for people.
  *
@@ -167,6 +179,9 @@ export function outcome(intent: Intent): string {
   const replay = a.replayed ? ' (replayed: the stored answer of an earlier attempt)' : '';
   if (intent.failure === 'key_reuse') {
     return `${String(a.status)}${code}: the key was used for another request, a bug of the caller; not sent again, and no new key is made`;
+  }
+  if (intent.failure === 'outcome_unknown') {
+    return `outcome unknown: ${String(a.status)}${code}${detail} without Idempotent-Replay, so not the key's stored answer (a gateway's, or a refusal before the key was looked up); an earlier attempt may have taken effect: ${checkAdvice(intent)} before stating it again as a new intent; not sent again`;
   }
   if (intent.failure === 'unexpected_answer') {
     return `${String(a.status)}${code}${detail}: an answer the API does not give to this request; not sent again`;

@@ -7,7 +7,9 @@
  * its quiet standard error.
  */
 import { spawnSync } from 'node:child_process';
+import { once } from 'node:events';
 import fs from 'node:fs/promises';
+import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -458,3 +460,65 @@ void t.test('outbox list names an attempt cut off before its answer (finding 6)'
     intents: [{ key: intent.key, attempts: 1, attempt_started_at: /^\d{4}-/ }],
   });
 });
+
+void t.test(
+  'an unmarked refusal after a lost attempt is reported as an unknown outcome (finding 3)',
+  async (t) => {
+    let posts = 0;
+    const server = http.createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        if (req.url === '/api/v1/me') {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ id: 'p1' }));
+          return;
+        }
+        posts += 1;
+        // The first attempt is lost on the way back; the repeat meets a
+        // gateway's 404, which carries no Idempotent-Replay.
+        if (posts === 1) {
+          res.socket?.destroy();
+          return;
+        }
+        res.writeHead(404, { 'content-type': 'application/problem+json' });
+        res.end(JSON.stringify({ code: 'not_found', detail: 'no route (gateway)' }));
+      });
+    });
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    t.teardown(() => {
+      server.closeAllConnections();
+      server.close();
+    });
+    const { port } = server.address() as net.AddressInfo;
+    const env = {
+      CLIENT_OUTBOX: path.join(await tempDir(t), 'outbox.sqlite'),
+      CLIENT_BASE_URL: `http://127.0.0.1:${String(port)}`,
+      CLIENT_TOKEN: 'tok',
+    };
+    const o = io();
+    const argv = ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '5'];
+    const code = await runCli([...argv, '--retry-base', '1ms', '--retry-cap', '1ms'], env, o);
+    t.equal(code, EXIT.failed, o.err());
+    t.equal(posts, 2, 'not sent again after the unknown outcome');
+    t.match(
+      o.out(),
+      /^transfer [0-9a-f-]{36}: FAILED: outcome unknown: 404 not_found: no route \(gateway\) without Idempotent-Replay, so not the key's stored answer .*an earlier attempt may have taken effect: check the balances of both accounts \(GET \/api\/v1\/accounts\/\{id\}\) before stating it again as a new intent/,
+    );
+    const listed = io();
+    await runCli(['outbox', 'list', '--json'], env, listed);
+    t.match(JSON.parse(listed.out()), {
+      intents: [
+        {
+          state: 'failed',
+          failure: 'outcome_unknown',
+          attempts: 2,
+          answer: { status: 404, replayed: false, marked: false },
+        },
+      ],
+    });
+    const human = io();
+    await runCli(['outbox', 'list'], env, human);
+    t.match(human.out(), /failed\s+createTransfer .*outcome unknown: 404 not_found/);
+  },
+);

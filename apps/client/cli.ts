@@ -37,7 +37,11 @@ export const EXIT = {
   rejected: 1,
   /** A bad flag or environment variable. */
   usage: 2,
-  /** An intent failed: key reuse (422), an expired key, an unexpected answer; or a key given twice. */
+  /**
+   * An intent failed: key reuse (422), an expired key, an unexpected answer,
+   * an unknown outcome (an unmarked refusal after an attempt that may have
+   * taken effect); or a key given twice.
+   */
   failed: 3,
   /** The outbox cannot be used: locked by another process, unreadable, corrupt, another principal's. */
   outbox: 4,
@@ -75,8 +79,9 @@ Commands that send (transfer, accounts create, outbox drain):
   --retry-cap DURATION   CLIENT_RETRY_CAP    the largest backoff step, default 30s
   --concurrency N        CLIENT_CONCURRENCY  intents of different lanes in flight at once, default 4
 Durations: an integer and ms, s, m, h or d (0 alone is zero).
-Exit: 0 done, 1 refused by the server, 2 usage, 3 failed (key reuse, expired, unexpected),
-      4 outbox unusable, 5 token refused, 75 still pending, 130 interrupted, 70 bug.`;
+Exit: 0 done, 1 refused by the server, 2 usage, 3 failed (key reuse, expired, unexpected,
+      outcome unknown), 4 outbox unusable, 5 token refused, 75 still pending, 130 interrupted,
+      70 bug.`;
 
 /** A command line the client cannot run; the message is one line naming the flag or variable. */
 export class UsageError extends Error {

@@ -114,7 +114,10 @@ export interface Intent {
   readonly attemptStartedAt: number | null;
   /** What the last unsuccessful attempt met, e.g. `503 service_unavailable` or `ECONNREFUSED`. */
   readonly lastError: string | null;
-  /** The final answer, for `done` and for `failed` with key_reuse or unexpected_answer. */
+  /**
+   * The final answer, for `done` and for `failed` with key_reuse,
+   * unexpected_answer or outcome_unknown.
+   */
   readonly answer: RecordedAnswer | null;
   /** When it reached its final state, in milliseconds since the epoch. */
   readonly finishedAt: number | null;

@@ -110,3 +110,35 @@ void t.test('answers are final, retried, a caller bug or a halt', (t) => {
   }
   t.end();
 });
+
+void t.test(
+  'an unmarked stored status after an earlier attempt is outcome_unknown (finding 3)',
+  (t) => {
+    const c = (status: number, marked: boolean, earlierAttempt: boolean, code = 'x') =>
+      classifyAnswer({ status, code, retryAfter: null, marked, earlierAttempt }, NOW);
+    for (const s of [400, 403, 404, 409, 410, 412, 413, 415, 422]) {
+      t.same(
+        c(s, false, true),
+        { kind: 'outcome_unknown', reason: `${String(s)} x` },
+        `${String(s)} without the marker after an earlier attempt`,
+      );
+      t.same(c(s, false, false), { kind: 'final' }, `${String(s)} without it on the first attempt`);
+      t.same(c(s, true, true), { kind: 'final' }, `${String(s)} with the marker`);
+    }
+    for (const s of [200, 201, 204]) {
+      t.same(c(s, false, true), { kind: 'final' }, `${String(s)} is final, marked or not`);
+    }
+    t.same(c(422, false, true, 'idempotency_key_reuse'), { kind: 'key_reuse' });
+    t.same(c(409, false, true, 'request_in_progress'), {
+      kind: 'retry',
+      reason: '409 request_in_progress',
+      retryAfterMs: undefined,
+    });
+    t.same(
+      classifyAnswer({ status: 404, code: 'not_found' }, NOW),
+      { kind: 'final' },
+      'without the facts, a first attempt is assumed',
+    );
+    t.end();
+  },
+);

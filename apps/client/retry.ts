@@ -23,7 +23,15 @@ export type AnswerClass =
   /** `401`: nothing is stored; the intent waits for a valid token. */
   | { readonly kind: 'unauthenticated' }
   /** An answer the API never gives to this request (3xx, 405, 428, ...): not repeated. */
-  | { readonly kind: 'unexpected'; readonly reason: string };
+  | { readonly kind: 'unexpected'; readonly reason: string }
+  /**
+   * A status the server stores, without `Idempotent-Replay`, after an
+   * earlier attempt that may have reached the server: not the key's answer
+   * (a gateway's, or a refusal before the key was looked up), so whether
+   * the earlier attempt took effect is not known. Not repeated: a person
+   * must check.
+   */
+  | { readonly kind: 'outcome_unknown'; readonly reason: string };
 
 /** What {@link classifyAnswer} reads from an HTTP answer. */
 export interface AnswerFacts {
@@ -33,6 +41,17 @@ export interface AnswerFacts {
   readonly code?: string | undefined;
   /** The raw `Retry-After` header, or null. */
   readonly retryAfter?: string | null;
+  /**
+   * Whether the answer carried `Idempotent-Replay` (`true` or `false`), the
+   * mark of the key's stored answer; default false.
+   */
+  readonly marked?: boolean;
+  /**
+   * Whether an earlier attempt of the same intent may have reached the
+   * server (any attempt recorded before this one, one cut off by a crash
+   * included); default false.
+   */
+  readonly earlierAttempt?: boolean;
 }
 
 /**
@@ -45,9 +64,14 @@ export const STORED_ERROR_STATUSES: ReadonlySet<number> = new Set([
 ]);
 
 /**
- * Decides what an answer means for the intent that got it.
+ * Decides what an answer means for the intent that got it. A 2xx is final,
+ * marked or not. An error of the statuses the server stores is final when
+ * it is marked as the key's answer, or on the first attempt (nothing can
+ * have taken effect before it, so an unmarked refusal is certain); after an
+ * earlier attempt an unmarked one is `outcome_unknown`.
  *
- * @param answer the status, the problem code and the `Retry-After` header.
+ * @param answer the status, the problem code, the `Retry-After` header,
+ *   whether the answer is marked and whether an earlier attempt was made.
  * @param now the current time in milliseconds since the epoch (for an
  *   HTTP-date `Retry-After`).
  * @returns the class of the answer.
@@ -65,7 +89,11 @@ export function classifyAnswer(answer: AnswerFacts, now: number): AnswerClass {
   if (status === 409 && code === 'request_in_progress') return retry();
   if (status === 408 || status === 429 || status >= 500) return retry();
   if (status === 401) return { kind: 'unauthenticated' };
-  if (STORED_ERROR_STATUSES.has(status)) return { kind: 'final' };
+  if (STORED_ERROR_STATUSES.has(status)) {
+    return answer.marked !== true && answer.earlierAttempt === true
+      ? { kind: 'outcome_unknown', reason }
+      : { kind: 'final' };
+  }
   return { kind: 'unexpected', reason };
 }
 

@@ -502,3 +502,73 @@ void t.test('an attempt is recorded before its request is sent (finding 6)', asy
   );
   t.match(s.outbox.get(intent.key), { state: 'done', attempts: 2, attemptStartedAt: null });
 });
+
+void t.test(
+  'an unmarked stored status after an earlier attempt is outcome_unknown, never done (finding 3)',
+  async (t) => {
+    const s = await setup(t);
+    const lost = s.outbox.enqueue(transfer(1, ['1'])).intent;
+    const first = s.outbox.enqueue(transfer(2, ['2'])).intent;
+    const marked = s.outbox.enqueue(transfer(3, ['3'])).intent;
+    const ok = s.outbox.enqueue(transfer(4, ['4'])).intent;
+    const byAmount = new Map<number, Reply[]>([
+      // The first attempt is lost on the way back; the repeat meets a gateway.
+      [1, [(res) => res.socket?.destroy(), json(404, { code: 'not_found' })]],
+      // The first attempt itself is refused before the API: a certain refusal.
+      [2, [json(403, { code: 'forbidden' })]],
+      // A 503, then the key's own first answer.
+      [3, [json(503, {}), json(409, { code: 'conflict' }, { 'idempotent-replay': 'false' })]],
+      // A 2xx is final whether marked or not.
+      [4, [json(503, {}), json(201, { id: 't' })]],
+    ]);
+    const reply: Reply = (res, seen) => {
+      const amount = (JSON.parse(seen.body) as { amount: number }).amount;
+      const next = byAmount.get(amount)?.shift() ?? json(500, {});
+      return next(res, seen);
+    };
+    for (let i = 0; i < 7; i += 1) s.script.push(reply);
+    const report = await s.sender.drain();
+    t.equal(report.stoppedBy, 'empty');
+    t.equal(s.seen.length, 7, 'nothing is repeated after its final state');
+    t.match(s.outbox.get(lost.key), {
+      state: 'failed',
+      failure: 'outcome_unknown',
+      attempts: 2,
+      answer: { status: 404, replayed: false, marked: false, body: '{"code":"not_found"}' },
+    });
+    t.match(s.outbox.get(first.key), {
+      state: 'done',
+      failure: null,
+      attempts: 1,
+      answer: { status: 403, marked: false },
+    });
+    t.match(s.outbox.get(marked.key), {
+      state: 'done',
+      attempts: 2,
+      answer: { status: 409, replayed: false, marked: true },
+    });
+    t.match(s.outbox.get(ok.key), { state: 'done', answer: { status: 201, marked: false } });
+    t.match(
+      s.events.find((e) => e.type === 'settled' && e.intent.key === lost.key),
+      { intent: { failure: 'outcome_unknown' } },
+    );
+  },
+);
+
+void t.test(
+  'an attempt cut off by a crash makes an unmarked refusal outcome_unknown (finding 3)',
+  async (t) => {
+    const s = await setup(t);
+    const { intent } = s.outbox.enqueue(transfer(1));
+    // A process that died during its attempt left this behind.
+    s.outbox.recordAttempt(intent.seq, 1, START);
+    s.script.push(json(413, { code: 'payload_too_large' }));
+    await s.sender.drain();
+    t.match(s.outbox.get(intent.key), {
+      state: 'failed',
+      failure: 'outcome_unknown',
+      attempts: 2,
+      answer: { status: 413 },
+    });
+  },
+);

@@ -3,7 +3,9 @@
  * its own key, one at a time per lane in the order stated (intents of other
  * lanes in parallel, up to a concurrency), repeats what the retry policy
  * (retry.ts) says to repeat with the same key and the same bytes, records
- * every final answer in the outbox before handing it on, and never sends a
+ * every final answer in the outbox before handing it on, fails as
+ * `outcome_unknown` a refusal not marked as the key's answer that follows an
+ * attempt which may have reached the server, and never sends a
  * key older than the server keeps keys (less a margin): such an intent is
  * reported as expired instead, because the server would run it again as new.
  *
@@ -78,7 +80,10 @@ export type SendEvent =
       readonly error: string;
       readonly delayMs: number;
     }
-  /** An intent reached its final state (done, or failed by key reuse or an unexpected answer). */
+  /**
+   * An intent reached its final state: done, or failed by key reuse, an
+   * unexpected answer or an unknown outcome.
+   */
   | { readonly type: 'settled'; readonly intent: Intent }
   /** An intent's key is too old to send; it is failed as expired, not sent. */
   | { readonly type: 'expired'; readonly intent: Intent; readonly ageMs: number }
@@ -131,6 +136,8 @@ export interface DrainOptions {
 
 /** An answer as read off the wire. */
 interface WireAnswer extends RecordedAnswer {
+  /** Read off the wire, the marker is always known. */
+  readonly marked: boolean;
   readonly retryAfter: string | null;
   readonly code: string | undefined;
 }
@@ -447,7 +454,9 @@ export class Sender {
       return undefined;
     }
     const now = this.clock();
-    const cls = classifyAnswer(answer, now);
+    // The count read before this attempt was recorded: any earlier attempt,
+    // one cut off by a crash included, may have reached the server.
+    const cls = classifyAnswer({ ...answer, earlierAttempt: intent.attempts > 0 }, now);
     const final = (state: 'done' | 'failed', failure: FailureReason | null): void => {
       outbox.recordFinal(intent.seq, {
         attempts: attempt,
@@ -475,6 +484,9 @@ export class Sender {
         return undefined;
       case 'unexpected':
         final('failed', 'unexpected_answer');
+        return undefined;
+      case 'outcome_unknown':
+        final('failed', 'outcome_unknown');
         return undefined;
       case 'retry':
         this.scheduleRetry(intent, attempt, cls.reason, cls.retryAfterMs);

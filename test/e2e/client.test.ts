@@ -8,8 +8,10 @@
  * request is reported as the caller's bug, never sent under a new key.
  * Every claim is checked in the ledger's tables.
  */
+import { once } from 'node:events';
 import fs from 'node:fs/promises';
-import net from 'node:net';
+import http from 'node:http';
+import net, { type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import t, { type Test } from 'tap';
@@ -197,6 +199,75 @@ void t.test('the outbox end to end', async (t) => {
       });
       const after = await ledger(w.db, a, b);
       t.equal(after.transfers.length, 1);
+      t.same(after.balances, { [a]: OPENING - AMOUNT, [b]: AMOUNT });
+    },
+  );
+
+  await t.test(
+    'killed after sending, then a gateway refuses the repeat: outcome unknown, not refused',
+    async (t) => {
+      const a = await openAccount(base, w.token, 'From', OPENING);
+      const b = await openAccount(base, w.token, 'To', 0);
+      const proxy = await startHoldProxy(t, base);
+      proxy.mode = 'hold-answer';
+      const env = { CLIENT_OUTBOX: path.join(w.dir, 'gateway.sqlite'), CLIENT_TOKEN: w.token };
+      const client = startClient(
+        ['transfer', '--from', a, '--to', b, '--amount', String(AMOUNT), '--json', '--wait', '60s'],
+        { ...env, CLIENT_BASE_URL: proxy.base },
+      );
+      const held = await proxy.held();
+      client.child.kill('SIGKILL');
+      await client.exited;
+      // A gateway in front of the API: it passes GET /api/v1/me on and
+      // answers the transfer itself, 404 without Idempotent-Replay.
+      const gateway = http.createServer((req, res) => {
+        req.resume();
+        req.on('end', () => {
+          if (req.method === 'GET') {
+            void fetch(`${base}${req.url ?? ''}`, {
+              headers: { authorization: req.headers.authorization ?? '' },
+            }).then(async (up) => {
+              res.writeHead(up.status, { 'content-type': 'application/json' });
+              res.end(await up.text());
+            });
+            return;
+          }
+          res.writeHead(404, { 'content-type': 'application/problem+json' });
+          res.end(JSON.stringify({ code: 'not_found', detail: 'no route' }));
+        });
+      });
+      gateway.listen(0, '127.0.0.1');
+      await once(gateway, 'listening');
+      t.teardown(() => {
+        gateway.closeAllConnections();
+        gateway.close();
+      });
+      const { port } = gateway.address() as AddressInfo;
+      const drained = await runClient(['outbox', 'drain'], {
+        ...env,
+        CLIENT_BASE_URL: `http://127.0.0.1:${String(port)}`,
+      });
+      t.equal(drained.code, 3, drained.err);
+      t.match(
+        drained.out,
+        new RegExp(
+          `^failed  createTransfer ${held.key}: outcome unknown: 404 not_found: no route without Idempotent-Replay.*an earlier attempt may have taken effect: check`,
+        ),
+      );
+      const listed = await runClient(['outbox', 'list', '--json'], env);
+      t.match(JSON.parse(listed.out), {
+        intents: [
+          {
+            key: held.key,
+            state: 'failed',
+            failure: 'outcome_unknown',
+            attempts: 2,
+            answer: { status: 404, marked: false },
+          },
+        ],
+      });
+      const after = await ledger(w.db, a, b);
+      t.equal(after.transfers.length, 1, 'the first attempt did take effect');
       t.same(after.balances, { [a]: OPENING - AMOUNT, [b]: AMOUNT });
     },
   );
