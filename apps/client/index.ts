@@ -37,6 +37,7 @@ export {
 export {
   classifyAnswer,
   parseRetryAfter,
+  parseHttpDate,
   backoffDelay,
   STORED_ERROR_STATUSES,
   type AnswerClass,

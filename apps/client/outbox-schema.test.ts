@@ -204,6 +204,7 @@ void t.test('a version 1 file is migrated on open with its rows unchanged', asyn
     'foreign keys are on again after the migration',
   );
   t.equal(outbox.principal(), 'p1');
+  t.equal(outbox.highWater(), 1_600, 'the latest time the rows recorded');
   t.match(outbox.list(), [
     {
       seq: 1,

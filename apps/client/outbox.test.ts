@@ -315,3 +315,36 @@ void t.test('a corrupt row is reported by its number and column, never sent', as
     /answer_headers/,
   );
 });
+
+void t.test(
+  'the high-water mark of time only rises and survives a reopen (finding 5)',
+  async (t) => {
+    const file = await tempFile(t);
+    let now = 5_000;
+    const outbox = Outbox.open(file, { clock: () => now });
+    t.equal(outbox.highWater(), 0, 'nothing recorded yet');
+    const { intent } = outbox.enqueue(transfer(1));
+    t.equal(outbox.highWater(), 5_000, 'a stated intent records its time');
+    now = 1_000;
+    outbox.enqueue(transfer(2));
+    t.equal(outbox.highWater(), 5_000, 'an earlier clock does not lower it');
+    outbox.recordAttempt(intent.seq, 1, 7_000);
+    t.equal(outbox.highWater(), 7_000, 'an attempt records its start');
+    outbox.observeTime(6_000);
+    t.equal(outbox.highWater(), 7_000);
+    outbox.observeTime(9_000);
+    t.equal(outbox.highWater(), 9_000, 'a later time seen elsewhere raises it');
+    outbox.recordFinal(intent.seq, {
+      attempts: 1,
+      state: 'done',
+      failure: null,
+      answer: { status: 201, replayed: false, marked: true, headers: {}, body: '{}' },
+      now: 10_000,
+    });
+    t.equal(outbox.highWater(), 10_000, 'a final answer records its time');
+    outbox.close();
+    const again = Outbox.open(file);
+    t.equal(again.highWater(), 10_000);
+    again.close();
+  },
+);

@@ -302,6 +302,12 @@ export class Outbox {
       db.exec('begin immediate');
       try {
         prepareSchema(db, file);
+        // The mark of time, for a file that has rows but no mark yet (one
+        // of version 1): the latest time its rows recorded.
+        db.exec(`insert or ignore into meta (name, value)
+                 select 'clock_high_water', cast(max(coalesce(max(created_at), 0),
+                        coalesce(max(finished_at), 0), coalesce(max(attempt_started_at), 0)) as text)
+                   from intents`);
         db.exec('commit');
       } catch (err) {
         db.exec('rollback');
@@ -407,6 +413,7 @@ export class Outbox {
         ) as Row;
       const lane = db.prepare('insert into intent_lanes (lane, seq) values (?, ?)');
       for (const l of lanes) lane.run(l, inserted['seq'] ?? null);
+      this.raiseHighWater(Number(inserted['created_at']));
       db.exec('commit');
       return { intent: this.parse(inserted), created: true };
     } catch (err) {
@@ -511,6 +518,7 @@ export class Outbox {
       `update intents set attempts = ?, attempt_started_at = ?
         where seq = ? and state = 'pending'`,
       [attempts, now, seq],
+      now,
     );
   }
 
@@ -561,6 +569,7 @@ export class Outbox {
         record.now,
         seq,
       ],
+      record.now,
     );
   }
 
@@ -579,7 +588,34 @@ export class Outbox {
               attempt_started_at = null
         where seq = ? and state = 'pending'`,
       [now, seq],
+      now,
     );
+  }
+
+  /**
+   * The latest time the outbox has seen: the largest clock value it recorded
+   * (an intent stated, an attempt started, a final state) and the latest
+   * server `Date` given to {@link observeTime}. A key's age counts up to at
+   * least this time, so a clock stepped back does not make an old key look
+   * young.
+   *
+   * @returns milliseconds since the epoch; 0 before anything was recorded.
+   */
+  highWater(): number {
+    const row = this.open.prepare(`select value from meta where name = 'clock_high_water'`).get();
+    const value = Number(row?.['value'] ?? 0);
+    return Number.isSafeInteger(value) ? value : 0;
+  }
+
+  /**
+   * Raises the high-water mark of time ({@link highWater}) to a time seen
+   * elsewhere, e.g. a server's `Date` header, when it is later. Nothing is
+   * written otherwise.
+   *
+   * @param ms the time, in milliseconds since the epoch.
+   */
+  observeTime(ms: number): void {
+    if (Number.isSafeInteger(ms) && ms > this.highWater()) this.raiseHighWater(ms);
   }
 
   /**
@@ -617,11 +653,34 @@ export class Outbox {
     this.db = undefined;
   }
 
-  private update(seq: number, sql: string, params: SQLInputValue[]): void {
-    const result = this.open.prepare(sql).run(...params);
-    if (result.changes === 0) {
-      throw new OutboxError(`outbox ${this.file} has no pending intent ${String(seq)}`);
+  /**
+   * One change of a pending intent, and the time it records raised into the
+   * high-water mark, in one transaction.
+   */
+  private update(seq: number, sql: string, params: SQLInputValue[], now?: number): void {
+    const db = this.open;
+    db.exec('begin immediate');
+    try {
+      const result = db.prepare(sql).run(...params);
+      if (result.changes === 0) {
+        throw new OutboxError(`outbox ${this.file} has no pending intent ${String(seq)}`);
+      }
+      if (now !== undefined) this.raiseHighWater(now);
+      db.exec('commit');
+    } catch (err) {
+      db.exec('rollback');
+      throw err;
     }
+  }
+
+  private raiseHighWater(ms: number): void {
+    this.open
+      .prepare(
+        `insert into meta (name, value) values ('clock_high_water', ?)
+           on conflict (name) do update set value = excluded.value
+            where cast(excluded.value as integer) > cast(meta.value as integer)`,
+      )
+      .run(String(ms));
   }
 
   private parse(row: Row): Intent {

@@ -4,7 +4,13 @@
  * and the random source injected.
  */
 import t from 'tap';
-import { backoffDelay, classifyAnswer, parseRetryAfter, type BackoffSettings } from './retry.js';
+import {
+  backoffDelay,
+  classifyAnswer,
+  parseHttpDate,
+  parseRetryAfter,
+  type BackoffSettings,
+} from './retry.js';
 
 const NOW = Date.parse('2026-06-01T10:00:00Z');
 
@@ -142,3 +148,12 @@ void t.test(
     t.end();
   },
 );
+
+void t.test('an HTTP date is read in its IMF-fixdate form only', (t) => {
+  t.equal(parseHttpDate('Mon, 01 Jun 2026 10:00:30 GMT'), NOW + 30_000);
+  t.equal(parseHttpDate(' Mon, 01 Jun 2026 10:00:00 GMT '), NOW, 'surrounding whitespace');
+  for (const bad of [null, '', '2026-06-01T10:00:00Z', 'Monday, 01-Jun-26 10:00:00 GMT', 'soon']) {
+    t.equal(parseHttpDate(bad), undefined, `"${String(bad)}" is no IMF-fixdate`);
+  }
+  t.end();
+});

@@ -114,10 +114,23 @@ export function parseRetryAfter(value: string | null, now: number): number | und
   if (value === null) return undefined;
   const text = value.trim();
   if (DELTA_SECONDS.test(text)) return Number(text) * 1_000;
+  const at = parseHttpDate(text);
+  return at === undefined ? undefined : Math.max(0, at - now);
+}
+
+/**
+ * Reads an HTTP-date in its preferred form, IMF-fixdate (RFC 9110 section
+ * 5.6.7), as in `Date` and `Retry-After`.
+ *
+ * @param value the header's value, or null when absent.
+ * @returns milliseconds since the epoch, or undefined when absent or not an IMF-fixdate.
+ */
+export function parseHttpDate(value: string | null): number | undefined {
+  if (value === null) return undefined;
+  const text = value.trim();
   if (!IMF_FIXDATE.test(text)) return undefined;
   const at = Date.parse(text);
-  if (Number.isNaN(at)) return undefined;
-  return Math.max(0, at - now);
+  return Number.isNaN(at) ? undefined : at;
 }
 
 /** The shape of the backoff. */

@@ -34,6 +34,8 @@ async function scripted(
     let body = '';
     req.on('data', (c: Buffer) => (body += c.toString()));
     req.on('end', () => {
+      // The tests' clock is not the machine's: a Date header only where a test sets one.
+      res.sendDate = false;
       const s = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body };
       if (req.url === '/api/v1/me') {
         void me(res, s);
@@ -572,3 +574,44 @@ void t.test(
     });
   },
 );
+
+void t.test('a clock stepped back does not make an old key look young (finding 5)', async (t) => {
+  const s = await setup(t);
+  const old = s.outbox.enqueue(transfer(1, ['1'])).intent;
+  s.clock.now = START + 23.5 * 3_600_000;
+  const fresh = s.outbox.enqueue(transfer(2, ['2'])).intent;
+  // Stepped back by 2 hours, more than the 1 hour margin: by this clock
+  // the old key is 21.5 hours old, yet 23.5 hours have passed.
+  s.clock.now = START + 21.5 * 3_600_000;
+  s.script.push(json(201, { id: 't' }));
+  const report = await s.sender.drain();
+  t.same(
+    s.seen.map((x) => x.headers['idempotency-key']),
+    [fresh.key],
+    'only the fresh key is sent',
+  );
+  t.match(s.outbox.get(old.key), { state: 'failed', failure: 'expired', attempts: 0 });
+  t.match(
+    s.events.find((e) => e.type === 'expired'),
+    { ageMs: 23.5 * 3_600_000 },
+    'its age counts from the latest time the outbox recorded',
+  );
+  t.same(
+    report.settled.map((i) => [i.key, i.state]),
+    [
+      [old.key, 'failed'],
+      [fresh.key, 'done'],
+    ],
+  );
+});
+
+void t.test('the server Date of an answer is a time the key has reached (finding 5)', async (t) => {
+  const s = await setup(t);
+  const { intent } = s.outbox.enqueue(transfer(1));
+  const later = new Date(START + 23.5 * 3_600_000).toUTCString();
+  s.script.push(json(503, { code: 'service_unavailable' }, { date: later }), json(201, {}));
+  await s.sender.drain();
+  t.equal(s.seen.length, 1, 'not sent again once the server said 23.5 hours have passed');
+  t.match(s.outbox.get(intent.key), { state: 'failed', failure: 'expired', attempts: 1 });
+  t.equal(s.outbox.highWater(), START + 23.5 * 3_600_000);
+});

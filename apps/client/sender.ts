@@ -8,6 +8,8 @@
  * attempt which may have reached the server, and never sends a
  * key older than the server keeps keys (less a margin): such an intent is
  * reported as expired instead, because the server would run it again as new.
+ * A key's age counts up to the latest time the outbox has seen (its own
+ * records and the server's `Date`), not the clock alone, which may step back.
  *
  * Before the first write it asks `GET /api/v1/me` who the token belongs to
  * and binds the outbox to that principal (keys are per principal: another
@@ -22,7 +24,7 @@ import {
   type Intent,
   type RecordedAnswer,
 } from './outbox.js';
-import { backoffDelay, classifyAnswer, type BackoffSettings } from './retry.js';
+import { backoffDelay, classifyAnswer, parseHttpDate, type BackoffSettings } from './retry.js';
 
 /** How a sender reaches the server and paces its attempts. */
 export interface SenderOptions {
@@ -136,6 +138,8 @@ export interface DrainOptions {
 
 /** An answer as read off the wire. */
 interface WireAnswer extends RecordedAnswer {
+  /** The server's `Date`, when it sent a readable one. */
+  readonly serverTime: number | undefined;
   /** Read off the wire, the marker is always known. */
   readonly marked: boolean;
   readonly retryAfter: string | null;
@@ -356,6 +360,7 @@ export class Sender {
       let retryAfterMs: number | undefined;
       try {
         const answer = await this.request('GET', '/api/v1/me', null, undefined, signal);
+        if (answer.serverTime !== undefined) this.options.outbox.observeTime(answer.serverTime);
         const cls = classifyAnswer(answer, this.clock());
         const id = answer.status === 200 ? principalId(answer.body) : undefined;
         if (id !== undefined) {
@@ -414,8 +419,11 @@ export class Sender {
     // From when it was stated, or from the key's own time when that is
     // earlier: a key the caller made and may have sent long before it was
     // stated here (review). The server counts from its first sight of the
-    // key, which is never before the key was made.
-    const ageMs = started - Math.min(intent.createdAt, keyTime(intent.key));
+    // key, which is never before the key was made. Up to the latest time
+    // the outbox has seen, at least (finding 5): a clock stepped back would
+    // make an old key look young.
+    const ageMs =
+      Math.max(started, outbox.highWater()) - Math.min(intent.createdAt, keyTime(intent.key));
     if (ageMs >= keyTtlMs - ttlMarginMs) {
       outbox.recordExpired(intent.seq, started);
       const expired = outbox.get(intent.key) ?? intent;
@@ -453,6 +461,7 @@ export class Sender {
       this.scheduleRetry(intent, attempt, describeError(err, this.options.timeoutMs), undefined);
       return undefined;
     }
+    if (answer.serverTime !== undefined) outbox.observeTime(answer.serverTime);
     const now = this.clock();
     // The count read before this attempt was recorded: any earlier attempt,
     // one cut off by a crash included, may have reached the server.
@@ -551,6 +560,7 @@ export class Sender {
       headers: kept,
       body: text,
       retryAfter: res.headers.get('retry-after'),
+      serverTime: parseHttpDate(res.headers.get('date')),
       code: res.status >= 400 ? problemCode(text) : undefined,
     };
   }
