@@ -26,6 +26,7 @@ import {
   type FaultContext,
 } from '../../platform/pg/uow.js';
 import { createIdentityModule, type IdentityModule } from '../../modules/identity/index.js';
+import { PgListener } from '../../platform/pg/listener.js';
 import { createLedgerModule } from '../../modules/ledger/index.js';
 import { createSyncModule, type SyncModule } from '../../modules/sync/index.js';
 
@@ -169,7 +170,38 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       deps.logger.debug({ attempt, code, unit: name }, 'unit of work retried');
     },
   });
-  const identity = createIdentityModule({ db, uow, clock });
+  let closed = false;
+  const identity = createIdentityModule({
+    db,
+    uow,
+    clock,
+    tokenCache: {
+      ttlMs: config.identity.token_cache_ttl,
+      maxEntries: config.identity.token_cache_size,
+    },
+  });
+  // The token cache serves only while this listener hears every credential
+  // change; without a TTL there is no cache and no listener.
+  const credentials =
+    config.identity.token_cache_ttl === 0
+      ? undefined
+      : new PgListener(deps.appUrl, {
+          channel: identity.credentialFeed.channel,
+          applicationName: `${config.app.name}-credentials`,
+          onNotify: (payload) => {
+            identity.credentialFeed.notify(payload);
+          },
+          onState: (live) => {
+            identity.credentialFeed.setLive(live);
+            if (!live && !closed) {
+              deps.logger.warn('token cache off: the credential listener lost its session');
+            }
+          },
+          onError: (err) => {
+            deps.logger.warn({ err }, 'token cache: listening for credential changes failed');
+          },
+        });
+  await credentials?.start();
   const sync = createSyncModule({
     db,
     clock,
@@ -238,7 +270,6 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await http.ready();
   let worker: WorkerHandle | undefined;
   let listening: Promise<MetricsListener | undefined> | undefined;
-  let closed = false;
   return {
     http,
     sql,
@@ -304,6 +335,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
         (listener) => listener?.close(),
         () => undefined,
       );
+      await credentials?.close();
       await sql.end({ timeout: 5 });
     },
   };

@@ -14,6 +14,7 @@ import type { PgDatabase } from '../../platform/pg/uow.js';
 import { PgApiTokenRepository } from './adapters/postgres/api-tokens.js';
 import { PgPrincipalRepository } from './adapters/postgres/principals.js';
 import { IdentityService } from './app/identity-service.js';
+import { TokenOwnerCache, type TokenCacheOptions } from './app/token-cache.js';
 import { registerIdentityRoutes } from './http/routes.js';
 
 /** What the identity module is built from. */
@@ -24,6 +25,36 @@ export interface IdentityDeps {
   readonly uow: UnitOfWork;
   /** Where every time (creation, expiry, revocation) comes from. */
   readonly clock: Clock;
+  /**
+   * Keep token lookups in process (see {@link IdentityModule.credentialFeed}):
+   * TTL and size. Absent, or a TTL of 0: every request reads api_tokens.
+   */
+  readonly tokenCache?: TokenCacheOptions;
+}
+
+/** The PostgreSQL channel the identity triggers notify (migration 000006). */
+export const CREDENTIALS_CHANNEL = 'identity_credentials';
+
+/**
+ * Where the module hears of credential changes: the composition root
+ * connects a database listener on {@link CREDENTIALS_CHANNEL} to it. Until
+ * `setLive(true)` the token cache serves nothing.
+ */
+export interface CredentialFeed {
+  /** The channel to listen on. */
+  readonly channel: string;
+  /**
+   * A notice arrived: the principal it names has a credential that changed.
+   *
+   * @param payload the notice's payload, the principal's id.
+   */
+  notify(payload: string): void;
+  /**
+   * The listener started or stopped listening; either way the cache is emptied.
+   *
+   * @param live whether it listens now.
+   */
+  setLive(live: boolean): void;
 }
 
 /** Input of {@link createPrincipalWithToken}, e.g. from `principal create`. */
@@ -70,14 +101,17 @@ export interface IdentityModule {
    * @throws AppError `not_found` when there is no such principal.
    */
   disablePrincipal(principalId: Id): Promise<void>;
+  /** What the database listener feeds; the token cache serves only while it is live. */
+  readonly credentialFeed: CredentialFeed;
 }
 
-function service(deps: IdentityDeps): IdentityService {
+function service(deps: IdentityDeps, tokenCache?: TokenOwnerCache): IdentityService {
   return new IdentityService({
     uow: deps.uow,
     clock: deps.clock,
     principals: new PgPrincipalRepository(deps.db),
     tokens: new PgApiTokenRepository(deps.db),
+    ...(tokenCache === undefined ? {} : { tokenCache }),
   });
 }
 
@@ -129,7 +163,11 @@ export function createPrincipalWithToken(
  *   operator actions of the CLI.
  */
 export function createIdentityModule(deps: IdentityDeps): IdentityModule {
-  const identity = service(deps);
+  const cache =
+    deps.tokenCache === undefined || deps.tokenCache.ttlMs === 0
+      ? undefined
+      : new TokenOwnerCache(deps.tokenCache);
+  const identity = service(deps, cache);
   return {
     descriptor: {
       name: 'identity',
@@ -143,5 +181,11 @@ export function createIdentityModule(deps: IdentityDeps): IdentityModule {
     directory: { find: (id) => identity.find(id) },
     createPrincipalWithToken: (input) => createWith(identity, input),
     disablePrincipal: (principalId) => identity.disablePrincipal(principalId),
+    credentialFeed: {
+      channel: CREDENTIALS_CHANNEL,
+      notify: (payload) => cache?.invalidatePrincipal(payload),
+      setLive: (live) => cache?.setLive(live),
+    },
   };
 }
+export type { TokenCacheOptions } from './app/token-cache.js';

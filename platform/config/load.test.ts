@@ -30,6 +30,7 @@ const DEFAULTS: Config = {
     embedded_data_dir: '.data/pg',
     embedded_port: 0,
   },
+  identity: { token_cache_ttl: 5_000, token_cache_size: 10_000 },
   sync: {
     idempotency_key_ttl: 86_400_000,
     idempotency_cleanup_interval: 3_600_000,
@@ -356,7 +357,7 @@ void t.test('unknown keys in the config file are errors naming the key', (t) => 
   t.match(error.message, `unknown key http.prot (from file ${file})`);
   t.match(error.message, 'known http keys: http.host, http.port, http.body_limit');
   t.match(error.message, `unknown key cache (from file ${file})`);
-  t.match(error.message, 'known groups: app, http, database, sync, log');
+  t.match(error.message, 'known groups: app, http, database, identity, sync, log');
   t.match(error.message, `unknown key http.port (from file ${file}): nest keys by group`);
   t.same(
     error.problems.map((problem) => problem.key),

@@ -34,12 +34,20 @@ void t.test('every key appears in a table row with its environment variable', (t
 void t.test('one table per group, each under its own heading, in schema order', (t) => {
   const text = renderConfigurationMarkdown();
   const headings = text.split('\n').filter((line) => line.startsWith('### '));
-  t.same(headings, ['### app', '### http', '### database', '### sync', '### log', '### metrics']);
+  t.same(headings, [
+    '### app',
+    '### http',
+    '### database',
+    '### identity',
+    '### sync',
+    '### log',
+    '### metrics',
+  ]);
   t.ok(text.indexOf('## Keys') < text.indexOf('### app'), 'the tables follow the intro');
   const headers = text
     .split('\n')
     .filter((line) => line === '| key | environment variable | type | default | description |');
-  t.equal(headers.length, 6);
+  t.equal(headers.length, 7);
   t.end();
 });
 

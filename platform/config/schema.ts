@@ -403,6 +403,22 @@ export const ConfigSchema = Type.Object(
         maximum: 65_535,
       }),
     }),
+    identity: group({
+      token_cache_ttl: duration({
+        default: '5s',
+        description:
+          'How long an api process may answer a bearer token from memory after reading it from the database; 0s reads api_tokens on every request. Revoking a token or disabling a principal reaches every process at once over LISTEN/NOTIFY; this bounds how stale an entry can be should that feed fail unnoticed. While the feed is down, every request reads the database. Each process holds one more connection for it.',
+        min: '0ms',
+        max: '1h',
+      }),
+      token_cache_size: integer({
+        default: 10_000,
+        description:
+          'Most tokens one process keeps in its token cache; the least recently used goes first.',
+        minimum: 1,
+        maximum: 1_000_000,
+      }),
+    }),
     sync: group({
       idempotency_key_ttl: duration({
         default: '24h',

@@ -16,6 +16,7 @@ import { problem, type AppError } from '../../../kernel/errs/index.js';
 import { newId, type Id } from '../../../kernel/ids/index.js';
 import type { UnitOfWork } from '../../../kernel/txn/index.js';
 import type { ApiTokenRecord, ApiTokenRepository, PrincipalRepository } from './ports.js';
+import type { TokenOwnerCache } from './token-cache.js';
 import { generateToken, parseToken } from './token.js';
 
 /** Longest display name of a principal, in Unicode code points. */
@@ -43,6 +44,8 @@ export interface IdentityServiceDeps {
   readonly clock: Clock;
   readonly principals: PrincipalRepository;
   readonly tokens: ApiTokenRepository;
+  /** Token lookups kept in process; without it every request reads api_tokens. */
+  readonly tokenCache?: TokenOwnerCache;
 }
 
 /** Input of {@link IdentityService.createPrincipal}. */
@@ -158,13 +161,15 @@ export class IdentityService implements Authenticator, PrincipalDirectory {
   readonly #clock: Clock;
   readonly #principals: PrincipalRepository;
   readonly #tokens: ApiTokenRepository;
+  readonly #cache: TokenOwnerCache | undefined;
 
-  /** @param deps the unit of work, the clock and the repositories. */
+  /** @param deps the unit of work, the clock, the repositories and the token cache. */
   constructor(deps: IdentityServiceDeps) {
     this.#uow = deps.uow;
     this.#clock = deps.clock;
     this.#principals = deps.principals;
     this.#tokens = deps.tokens;
+    this.#cache = deps.tokenCache;
   }
 
   /**
@@ -217,6 +222,9 @@ export class IdentityService implements Authenticator, PrincipalDirectory {
       },
       { name: 'identity.disablePrincipal' },
     );
+    // This process refuses at once; the others when the trigger's notice
+    // reaches them (and this one again then, after the outer commit).
+    this.#cache?.invalidatePrincipal(principalId);
   }
 
   /**
@@ -290,6 +298,7 @@ export class IdentityService implements Authenticator, PrincipalDirectory {
       },
       { name: 'identity.revokeToken' },
     );
+    this.#cache?.invalidatePrincipal(principalId);
   }
 
   /**
@@ -338,7 +347,9 @@ export class IdentityService implements Authenticator, PrincipalDirectory {
   async authenticate(token: string, now: Date): Promise<PrincipalActor | null> {
     const parsed = parseToken(token);
     if (parsed === null) return null;
-    const owner = await this.#tokens.findUsableByHash(parsed.sha256, now);
+    const load = () => this.#tokens.findUsableByHash(parsed.sha256, now);
+    const owner =
+      this.#cache === undefined ? await load() : await this.#cache.lookup(parsed.sha256, now, load);
     if (owner === null) return null;
     return principalActor({
       principalId: owner.principalId,

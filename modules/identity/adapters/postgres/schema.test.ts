@@ -125,3 +125,61 @@ void t.test('the constraints refuse what the code never writes', async (t) => {
   const [row] = await tdb.owner<{ n: string }[]>`select count(*) as n from api_tokens`;
   t.equal(row?.n, '1', 'a well-formed row is accepted');
 });
+
+void t.test(
+  'a revoked or removed token and a disabled or removed principal notify identity_credentials on commit, with the principal id',
+  async (t) => {
+    const tdb = await testDatabase(t);
+    const seen: string[] = [];
+    const listening = await tdb.app.listen('identity_credentials', (payload) => seen.push(payload));
+    t.teardown(() => listening.unlisten());
+    const a = '01920000-0000-7000-8000-00000000000a';
+    const b = '01920000-0000-7000-8000-00000000000b';
+    const tok = (n: number) => `01920000-0000-7000-8000-0000000001${String(n).padStart(2, '0')}`;
+    await tdb.owner`insert into principals (id, kind, display_name) values (${a}, 'user', 'A'), (${b}, 'user', 'B')`;
+    for (const [n, owner] of [
+      [1, a],
+      [2, a],
+      [3, b],
+    ] as const) {
+      await tdb.owner`
+        insert into api_tokens (id, principal_id, secret_sha256, prefix, created_at)
+        values (${tok(n)}, ${owner}, ${Buffer.alloc(32, n)}, ${`tok_aaaaaaa${String.fromCharCode(97 + n)}`}, now())`;
+    }
+    const settle = async (count: number) => {
+      for (let i = 0; i < 200 && seen.length < count; i += 1) {
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      // A notice that should not come has had time to arrive.
+      await new Promise((r) => setTimeout(r, 50));
+    };
+    await settle(0);
+    t.same(seen, [], 'inserts notify nothing');
+    await tdb.app`update api_tokens set revoked_at = now() where id = ${tok(1)}`;
+    await settle(1);
+    t.same(seen, [a], 'the application role revoking a token notifies its principal');
+    await tdb.app
+      .begin(async (tx) => {
+        await tx`update principals set disabled_at = now() where id = ${b}`;
+        throw new Error('roll back');
+      })
+      .catch(() => undefined);
+    await settle(1);
+    t.same(seen, [a], 'a rolled back change notifies nothing');
+    await tdb.app`update principals set disabled_at = now() where id = ${b}`;
+    await settle(2);
+    t.same(seen, [a, b], 'disabling a principal notifies it');
+    await tdb.owner`delete from api_tokens where id = ${tok(2)}`;
+    await settle(3);
+    t.same(seen, [a, b, a], 'removing a token notifies its principal');
+    await tdb.owner`delete from principals where id = ${b}`;
+    await settle(4);
+    // Its cascaded token notifies the same payload in the same transaction,
+    // which PostgreSQL delivers once.
+    t.same(seen.slice(3), [b], 'removing a principal notifies it');
+    await tdb.owner`update principals set display_name = 'renamed' where id = ${a}`;
+    await tdb.owner`update api_tokens set name = 'renamed' where id = ${tok(1)}`;
+    await settle(4);
+    t.equal(seen.length, 4, 'a change that leaves credentials usable notifies nothing');
+  },
+);

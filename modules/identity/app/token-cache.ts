@@ -1,0 +1,134 @@
+/**
+ * An in-process cache of token lookups: the SHA-256 of a presented token to
+ * the owner the database named for it, so a request need not read
+ * api_tokens each time. It serves an entry only while it can trust it:
+ *
+ * - while the change feed is live (a database listener that is told of
+ *   every revocation, removal and disabling, see migration 000006); while
+ *   it is down every lookup goes to the database, and when it comes back
+ *   every entry is dropped, since changes made meanwhile were not heard;
+ * - for at most the TTL since the entry was read (a bound on staleness
+ *   should the feed fail without the session noticing), and never past the
+ *   token's own expiry;
+ * - only if no change was heard between the start of its read and the
+ *   store: a read that saw a token before its revocation committed, and
+ *   returns after the notice, is not kept (an epoch counts the changes).
+ *
+ * Only usable tokens are kept; an unknown, revoked or expired token is read
+ * from the database each time (the rate limit bounds how often). Entries
+ * are keyed by the token's hash, never the token itself.
+ */
+import type { Id } from '../../../kernel/ids/index.js';
+import type { TokenOwner } from './ports.js';
+
+/** Options of {@link TokenOwnerCache}. */
+export interface TokenCacheOptions {
+  /** How long an entry may be served after its read, in milliseconds; 0 turns the cache off. */
+  readonly ttlMs: number;
+  /** Most entries kept; the least recently used goes first. */
+  readonly maxEntries: number;
+}
+
+interface Entry {
+  readonly owner: TokenOwner;
+  /** Served while the kernel clock is before this, in milliseconds. */
+  readonly staleAt: number;
+}
+
+/** The cache; see the module comment for when it serves an entry. */
+export class TokenOwnerCache {
+  readonly #ttlMs: number;
+  readonly #max: number;
+  readonly #entries = new Map<string, Entry>();
+  #live = false;
+  #epoch = 0;
+
+  /**
+   * @param options TTL and size.
+   * @throws RangeError when the TTL is negative or the size is not a positive integer.
+   */
+  constructor(options: TokenCacheOptions) {
+    if (!(options.ttlMs >= 0)) throw new RangeError('ttlMs must be 0 or more');
+    if (!Number.isInteger(options.maxEntries) || options.maxEntries < 1) {
+      throw new RangeError('maxEntries must be a positive integer');
+    }
+    this.#ttlMs = options.ttlMs;
+    this.#max = options.maxEntries;
+  }
+
+  /** How many entries are held. */
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  /** Whether entries are served: the feed is live and the TTL is above 0. */
+  get serving(): boolean {
+    return this.#live && this.#ttlMs > 0;
+  }
+
+  /**
+   * Looks a token up, from the cache when an entry may be served, else
+   * through `load` (whose usable answer is then kept).
+   *
+   * @param sha256 SHA-256 of the whole presented token.
+   * @param now the kernel clock's time.
+   * @param load reads the owner of a usable token from the database.
+   * @returns the owner, or null for a token that is not usable.
+   * @throws what `load` throws.
+   */
+  async lookup(
+    sha256: Buffer,
+    now: Date,
+    load: () => Promise<TokenOwner | null>,
+  ): Promise<TokenOwner | null> {
+    if (!this.serving) return load();
+    const key = sha256.toString('base64');
+    const at = now.getTime();
+    const hit = this.#entries.get(key);
+    if (hit !== undefined) {
+      this.#entries.delete(key);
+      const expires = hit.owner.expiresAt?.getTime() ?? Infinity;
+      if (at < hit.staleAt && at < expires) {
+        this.#entries.set(key, hit);
+        return hit.owner;
+      }
+    }
+    const epoch = this.#epoch;
+    const owner = await load();
+    // Any change heard, or the feed going down or up, moved the epoch on.
+    if (owner !== null && this.#epoch === epoch) {
+      this.#entries.set(key, { owner, staleAt: at + this.#ttlMs });
+      if (this.#entries.size > this.#max) {
+        const oldest = this.#entries.keys().next();
+        if (oldest.done !== true) this.#entries.delete(oldest.value);
+      }
+    }
+    return owner;
+  }
+
+  /**
+   * A credential of a principal changed (a token revoked or removed, the
+   * principal disabled, removed or changed): drops its entries, and keeps
+   * any read already under way from being stored.
+   *
+   * @param principalId the principal the change notice named.
+   */
+  invalidatePrincipal(principalId: Id | string): void {
+    this.#epoch += 1;
+    for (const [key, entry] of this.#entries) {
+      if (entry.owner.principalId === principalId) this.#entries.delete(key);
+    }
+  }
+
+  /**
+   * The change feed went up or down. Either way every entry is dropped:
+   * changes made while it was down were not heard.
+   *
+   * @param live whether the feed is listening now.
+   */
+  setLive(live: boolean): void {
+    this.#live = live;
+    this.#epoch += 1;
+    this.#entries.clear();
+  }
+}
