@@ -376,6 +376,12 @@ void t.test(
       code: EXIT.outbox,
       err: /cannot open/,
     });
+    const missing = path.join(dir, 'typo.sqlite');
+    t.match(await run(['outbox', 'list'], { CLIENT_OUTBOX: missing }), {
+      code: EXIT.outbox,
+      err: new RegExp(`^client: cannot open outbox ${missing}: the file does not exist\n$`),
+    });
+    await t.rejects(fs.access(missing), { code: 'ENOENT' }, 'outbox list creates no file');
     t.match(await run(['outbox', 'list', '--json'], { CLIENT_OUTBOX: '' }), {
       code: EXIT.usage,
       err: /^client: --outbox or CLIENT_OUTBOX is required; see client --help\n$/,
@@ -419,6 +425,7 @@ void t.test(
       bad.stderr,
       /^client: --amount must be an integer from 1 to 9007199254740991, got "x"; see client --help\n$/,
     );
+    Outbox.open(path.join(dir, 'o.sqlite')).close();
     const list = spawnSync(process.execPath, ['--import', 'tsx', main, 'outbox', 'list'], {
       cwd: root,
       env: { ...env, CLIENT_OUTBOX: path.join(dir, 'o.sqlite') },

@@ -64,7 +64,8 @@ export const USAGE = `Usage:
   client --help
 
 Every command (flag, or environment variable):
-  --outbox FILE          CLIENT_OUTBOX       the outbox file (required; created when missing)
+  --outbox FILE          CLIENT_OUTBOX       the outbox file (required; created when missing, but
+                                             never by outbox list)
   --json                                     results as one JSON document, progress as JSON lines
 A transfer or account creation equal to one still pending is refused (exit 3): deliver
 that one with "client outbox drain" (or --key KEY); --again states a second one on purpose.
@@ -597,7 +598,9 @@ async function run(
   const print = (value: unknown): void => {
     out.stdout.write(`${JSON.stringify(value)}\n`);
   };
-  const outbox = Outbox.open(settings.outbox);
+  // A listing reads an outbox; it never makes one (a mistyped path would
+  // list a new, empty outbox and leave the file behind).
+  const outbox = Outbox.open(settings.outbox, { create: command.kind !== 'outbox-list' });
   try {
     if (command.kind === 'outbox-list') {
       const intents = outbox.list(command.state === undefined ? {} : { state: command.state });

@@ -9,8 +9,9 @@ export class OutboxError extends Error {
 }
 
 /**
- * The file cannot be used as an outbox: unreadable, not a database,
- * another database, newer, or a version 1 file whose migration failed.
+ * The file cannot be used as an outbox: unreadable, missing or empty (when
+ * it must exist), not a database, another database, newer, not a WAL file
+ * (in memory, temporary), or a version 1 file whose migration failed.
  */
 export class OutboxOpenError extends OutboxError {
   override readonly name = 'OutboxOpenError';

@@ -109,15 +109,19 @@ function migrateFromV1(db: DatabaseSync, file: string): void {
  *
  * @param db the open database, in a write transaction, foreign keys off.
  * @param file the file's path, for messages.
- * @throws OutboxOpenError when the database holds other tables, has another
+ * @param create whether an empty database is made an outbox.
+ * @throws OutboxOpenError when the database is empty and `create` is false,
+ *   holds other tables, has another
  *   schema version than 1 or 2, or breaks a foreign key while migrated.
  */
-export function prepareSchema(db: DatabaseSync, file: string): void {
+export function prepareSchema(db: DatabaseSync, file: string, create: boolean): void {
   const tables = db
     .prepare(`select name from sqlite_master where type = 'table' and name not like 'sqlite_%'`)
     .all()
     .map((r) => String(r['name']));
   if (tables.length === 0) {
+    if (!create)
+      throw new OutboxOpenError(`cannot open outbox ${file}: it is empty, not an outbox`);
     db.exec(SCHEMA);
     return;
   }

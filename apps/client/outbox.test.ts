@@ -348,3 +348,52 @@ void t.test(
     again.close();
   },
 );
+
+void t.test('an outbox is a WAL file: memory and other journal modes are refused', (t) => {
+  t.throws(() => Outbox.open(':memory:'), {
+    name: 'OutboxOpenError',
+    message: /^cannot open outbox :memory:: an outbox in memory is lost with the process/,
+  });
+  t.throws(
+    () => Outbox.open('file::memory:'),
+    {
+      name: 'OutboxOpenError',
+      message: /^cannot open outbox file::memory:: its journal mode is memory, not wal/,
+    },
+    'a URI for memory is caught by its journal mode',
+  );
+  t.throws(
+    () => Outbox.open(''),
+    { name: 'OutboxOpenError', message: /^cannot open outbox "": its journal mode is delete/ },
+    'a temporary database is no WAL file either',
+  );
+  t.end();
+});
+
+void t.test('an outbox opened only if it exists is never created', async (t) => {
+  const file = await tempFile(t, 'missing.sqlite');
+  t.throws(() => Outbox.open(file, { create: false }), {
+    name: 'OutboxOpenError',
+    message: new RegExp(`^cannot open outbox ${file}: the file does not exist`),
+  });
+  await t.rejects(fs.access(file), { code: 'ENOENT' }, 'no file was made');
+  await fs.writeFile(file, '');
+  t.throws(() => Outbox.open(file, { create: false }), {
+    name: 'OutboxOpenError',
+    message: /is empty, not an outbox/,
+  });
+  t.equal((await fs.stat(file)).size, 0, 'an empty file is left empty');
+  const bare = path.join(path.dirname(file), 'bare.sqlite');
+  const db = new DatabaseSync(bare);
+  db.exec('pragma user_version = 1');
+  db.close();
+  t.throws(
+    () => Outbox.open(bare, { create: false }),
+    { name: 'OutboxOpenError', message: /bare.sqlite: it is empty, not an outbox/ },
+    'a database without tables is not made an outbox either',
+  );
+  Outbox.open(file).close();
+  const existing = Outbox.open(file, { create: false });
+  t.same(existing.list(), [], 'an existing outbox opens');
+  existing.close();
+});

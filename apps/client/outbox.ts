@@ -14,6 +14,7 @@
  * for it before it appears (see warnings.ts).
  */
 import { randomBytes } from 'node:crypto';
+import { statSync } from 'node:fs';
 import type { DatabaseSync, SQLInputValue } from 'node:sqlite';
 import canonicalize from 'canonicalize';
 import {
@@ -166,6 +167,12 @@ export interface FinalRecord {
 export interface OutboxOptions {
   /** The clock stamping new intents, in milliseconds since the epoch; default `Date.now`. */
   readonly clock?: () => number;
+  /**
+   * Whether a missing file is made into a new outbox; default true. False
+   * for readers such as `outbox list`: a missing or empty file is refused and
+   * left as it was.
+   */
+  readonly create?: boolean;
 }
 
 /** The storage settings of an open outbox, as SQLite reports them. */
@@ -273,16 +280,36 @@ export class Outbox {
    * Opens (or creates) an outbox file and takes its lock; a file of schema
    * version 1 is migrated to version 2 in one transaction.
    *
-   * @param file the file's path; a new file is created (its folder must exist).
-   * @param options the clock stamping new intents.
+   * @param file the file's path; a new file is created (its folder must
+   *   exist) unless `options.create` is false.
+   * @param options the clock stamping new intents, and whether to create.
    * @returns the open outbox; close it when done.
    * @throws OutboxLockedError when another connection holds the file.
    * @throws OutboxOpenError when the file cannot be opened, is not a SQLite
    *   database, holds other tables, was written by a newer client, or is of
    *   schema version 1 and its migration to version 2 failed (it is left as
-   *   it was).
+   *   it was); when it is `:memory:` or its journal mode does not become WAL
+   *   (an in-memory or temporary database); when `options.create` is false
+   *   and the file is missing or empty.
    */
   static open(file: string, options: OutboxOptions = {}): Outbox {
+    if (file === ':memory:') {
+      throw new OutboxOpenError(
+        `cannot open outbox ${file}: an outbox in memory is lost with the process; give a file`,
+      );
+    }
+    const create = options.create ?? true;
+    if (!create) {
+      // Before SQLite sees it: opening makes a missing file, and WAL mode
+      // writes a header into an empty one.
+      const stat = statSync(file, { throwIfNoEntry: false });
+      if (stat === undefined) {
+        throw new OutboxOpenError(`cannot open outbox ${file}: the file does not exist`);
+      }
+      if (stat.isFile() && stat.size === 0) {
+        throw new OutboxOpenError(`cannot open outbox ${file}: it is empty, not an outbox`);
+      }
+    }
     const { DatabaseSync: Database } = process.getBuiltinModule('node:sqlite');
     let db: DatabaseSync;
     try {
@@ -294,14 +321,19 @@ export class Outbox {
       // Exclusive locking first: the lock is taken by the first write below
       // and kept until close, and WAL then needs no shared-memory file.
       db.exec('pragma locking_mode = exclusive');
-      db.exec('pragma journal_mode = wal');
+      const mode = db.prepare('pragma journal_mode = wal').get()?.['journal_mode'];
+      if (typeof mode !== 'string' || mode.toLowerCase() !== 'wal') {
+        throw new OutboxOpenError(
+          `cannot open outbox ${file === '' ? '""' : file}: its journal mode is ${String(mode)}, not wal: an outbox is a file on a local file system (an in-memory or temporary database is lost with the process)`,
+        );
+      }
       db.exec('pragma synchronous = full');
       // Off for a migration (outbox-schema.ts), which moves the table the
       // lanes refer to; the pragma does nothing inside a transaction.
       db.exec('pragma foreign_keys = off');
       db.exec('begin immediate');
       try {
-        prepareSchema(db, file);
+        prepareSchema(db, file, create);
         // The mark of time, for a file that has rows but no mark yet (one
         // of version 1): the latest time its rows recorded.
         db.exec(`insert or ignore into meta (name, value)
