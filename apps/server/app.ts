@@ -25,8 +25,11 @@ import {
   unitOfWorkSettings,
   type FaultContext,
 } from '../../platform/pg/uow.js';
-import { createIdentityModule, type IdentityModule } from '../../modules/identity/index.js';
-import { PgListener } from '../../platform/pg/listener.js';
+import {
+  createIdentityModule,
+  startCredentialListener,
+  type IdentityModule,
+} from '../../modules/identity/index.js';
 import { createLedgerModule } from '../../modules/ledger/index.js';
 import { createSyncModule, type SyncModule } from '../../modules/sync/index.js';
 
@@ -185,23 +188,16 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   const credentials =
     config.identity.token_cache_ttl === 0
       ? undefined
-      : new PgListener(deps.appUrl, {
-          channel: identity.credentialFeed.channel,
+      : await startCredentialListener(deps.appUrl, identity.credentialFeed, {
           applicationName: `${config.app.name}-credentials`,
-          onNotify: (payload) => {
-            identity.credentialFeed.notify(payload);
-          },
-          onState: (live) => {
-            identity.credentialFeed.setLive(live);
-            if (!live && !closed) {
+          onLost: () => {
+            if (!closed)
               deps.logger.warn('token cache off: the credential listener lost its session');
-            }
           },
           onError: (err) => {
             deps.logger.warn({ err }, 'token cache: listening for credential changes failed');
           },
         });
-  await credentials?.start();
   const sync = createSyncModule({
     db,
     clock,

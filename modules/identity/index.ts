@@ -14,7 +14,12 @@ import type { PgDatabase } from '../../platform/pg/uow.js';
 import { PgApiTokenRepository } from './adapters/postgres/api-tokens.js';
 import { PgPrincipalRepository } from './adapters/postgres/principals.js';
 import { IdentityService } from './app/identity-service.js';
-import { TokenOwnerCache, type TokenCacheOptions } from './app/token-cache.js';
+import {
+  CREDENTIALS_CHANNEL,
+  TokenOwnerCache,
+  type CredentialFeed,
+  type TokenCacheOptions,
+} from './app/token-cache.js';
 import { registerIdentityRoutes } from './http/routes.js';
 
 /** What the identity module is built from. */
@@ -30,31 +35,6 @@ export interface IdentityDeps {
    * TTL and size. Absent, or a TTL of 0: every request reads api_tokens.
    */
   readonly tokenCache?: TokenCacheOptions;
-}
-
-/** The PostgreSQL channel the identity triggers notify (migration 000006). */
-export const CREDENTIALS_CHANNEL = 'identity_credentials';
-
-/**
- * Where the module hears of credential changes: the composition root
- * connects a database listener on {@link CREDENTIALS_CHANNEL} to it. Until
- * `setLive(true)` the token cache serves nothing.
- */
-export interface CredentialFeed {
-  /** The channel to listen on. */
-  readonly channel: string;
-  /**
-   * A notice arrived: the principal it names has a credential that changed.
-   *
-   * @param payload the notice's payload, the principal's id.
-   */
-  notify(payload: string): void;
-  /**
-   * The listener started or stopped listening; either way the cache is emptied.
-   *
-   * @param live whether it listens now.
-   */
-  setLive(live: boolean): void;
 }
 
 /** Input of {@link createPrincipalWithToken}, e.g. from `principal create`. */
@@ -188,4 +168,12 @@ export function createIdentityModule(deps: IdentityDeps): IdentityModule {
     },
   };
 }
-export type { TokenCacheOptions } from './app/token-cache.js';
+export {
+  CREDENTIALS_CHANNEL,
+  type CredentialFeed,
+  type TokenCacheOptions,
+} from './app/token-cache.js';
+export {
+  startCredentialListener,
+  type CredentialListenerOptions,
+} from './adapters/postgres/credential-listener.js';

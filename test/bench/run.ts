@@ -34,7 +34,11 @@ import { parseArgs } from 'node:util';
 import { systemClock } from '../../kernel/clock/index.js';
 import { newId } from '../../kernel/ids/index.js';
 import { InMemoryMetrics } from '../../kernel/metrics/index.js';
-import { createIdentityModule, createPrincipalWithToken } from '../../modules/identity/index.js';
+import {
+  createIdentityModule,
+  createPrincipalWithToken,
+  startCredentialListener,
+} from '../../modules/identity/index.js';
 import { createLedgerModule } from '../../modules/ledger/index.js';
 import { createSyncModule } from '../../modules/sync/index.js';
 import { loadConfig } from '../../platform/config/index.js';
@@ -278,9 +282,23 @@ async function main(): Promise<void> {
       const ceilingDb = new PgDatabase(ceilingSql);
       const ceilingUow = new PgUnitOfWork(ceilingDb, unitOfWorkSettings(config.database));
       const deps = { db: ceilingDb, uow: ceilingUow, clock: systemClock };
+      // The token cache and its listener, as the server has them.
+      const identity = createIdentityModule({
+        ...deps,
+        tokenCache: {
+          ttlMs: config.identity.token_cache_ttl,
+          maxEntries: config.identity.token_cache_size,
+        },
+      });
+      const credentials =
+        config.identity.token_cache_ttl === 0
+          ? undefined
+          : await startCredentialListener(target.appUrl, identity.credentialFeed, {
+              applicationName: 'bench-ceiling-credentials',
+            });
       const base = {
         uow: ceilingUow,
-        authenticator: createIdentityModule(deps).authenticator,
+        authenticator: identity.authenticator,
         ledger: createLedgerModule(deps).service,
         store: createSyncModule({
           ...deps,
@@ -308,6 +326,7 @@ async function main(): Promise<void> {
         log(`${label}: calls/s of the windows ${windows.map((w) => w.rps.toFixed(0)).join(', ')}`);
         scenarios.push(toScenario(id, label, windows[Math.floor(windows.length / 2)]!));
       }
+      await credentials?.close();
       await ceilingSql.end();
     }
 

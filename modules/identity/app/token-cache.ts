@@ -21,6 +21,31 @@
 import type { Id } from '../../../kernel/ids/index.js';
 import type { TokenOwner } from './ports.js';
 
+/** The PostgreSQL channel the identity triggers notify (migration 000006). */
+export const CREDENTIALS_CHANNEL = 'identity_credentials';
+
+/**
+ * Where the module hears of credential changes: the composition root
+ * connects a database listener on {@link CREDENTIALS_CHANNEL} to it. Until
+ * `setLive(true)` the token cache serves nothing.
+ */
+export interface CredentialFeed {
+  /** The channel to listen on. */
+  readonly channel: string;
+  /**
+   * A notice arrived: the principal it names has a credential that changed.
+   *
+   * @param payload the notice's payload, the principal's id.
+   */
+  notify(payload: string): void;
+  /**
+   * The listener started or stopped listening; either way the cache is emptied.
+   *
+   * @param live whether it listens now.
+   */
+  setLive(live: boolean): void;
+}
+
 /** Options of {@link TokenOwnerCache}. */
 export interface TokenCacheOptions {
   /** How long an entry may be served after its read, in milliseconds; 0 turns the cache off. */
