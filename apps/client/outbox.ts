@@ -27,14 +27,7 @@ import {
 } from './outbox-errors.js';
 import { FAILURES, prepareSchema } from './outbox-schema.js';
 
-export {
-  IntentConflictError,
-  OutboxCorruptError,
-  OutboxError,
-  OutboxLockedError,
-  OutboxOpenError,
-  OutboxPrincipalError,
-};
+export * from './outbox-errors.js';
 
 /** Where an intent stands. */
 export type IntentState = 'pending' | 'done' | 'failed';

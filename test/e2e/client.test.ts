@@ -113,27 +113,68 @@ async function freePort(): Promise<number> {
   return port;
 }
 
+/**
+ * A gateway in front of the API: it passes GET requests on to `upstream`
+ * and answers every write itself, 404 without Idempotent-Replay.
+ */
+async function startGateway(t: Test, upstream: string): Promise<string> {
+  const gateway = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      if (req.method === 'GET') {
+        void fetch(`${upstream}${req.url ?? ''}`, {
+          headers: { authorization: req.headers.authorization ?? '' },
+        }).then(async (up) => {
+          res.writeHead(up.status, { 'content-type': 'application/json' });
+          res.end(await up.text());
+        });
+        return;
+      }
+      res.writeHead(404, { 'content-type': 'application/problem+json' });
+      res.end(JSON.stringify({ code: 'not_found', detail: 'no route' }));
+    });
+  });
+  gateway.listen(0, '127.0.0.1');
+  await once(gateway, 'listening');
+  t.teardown(() => {
+    gateway.closeAllConnections();
+    gateway.close();
+  });
+  const { port } = gateway.address() as AddressInfo;
+  return `http://127.0.0.1:${String(port)}`;
+}
+
 void t.test('the outbox end to end', async (t) => {
   const w = await world(t);
   const { base } = await w.server();
 
+  /** A transfer whose answer a proxy holds, its client killed meanwhile. */
+  const killedAfterSending = async (t: Test, file: string) => {
+    const a = await openAccount(base, w.token, 'From', OPENING);
+    const b = await openAccount(base, w.token, 'To', 0);
+    const proxy = await startHoldProxy(t, base);
+    proxy.mode = 'hold-answer';
+    const env = { CLIENT_OUTBOX: path.join(w.dir, file), CLIENT_TOKEN: w.token };
+    const client = startClient(
+      ['transfer', '--from', a, '--to', b, '--amount', String(AMOUNT), '--json', '--wait', '60s'],
+      { ...env, CLIENT_BASE_URL: proxy.base },
+    );
+    const held = await proxy.held();
+    const transfersAtKill = (await ledger(w.db, a, b)).transfers.length;
+    client.child.kill('SIGKILL');
+    return { a, b, env, held, transfersAtKill, exited: await client.exited };
+  };
+
   await t.test(
     'killed after sending, before the answer: the restart replays, one transfer',
     async (t) => {
-      const a = await openAccount(base, w.token, 'From', OPENING);
-      const b = await openAccount(base, w.token, 'To', 0);
-      const proxy = await startHoldProxy(t, base);
-      proxy.mode = 'hold-answer';
-      const env = { CLIENT_OUTBOX: path.join(w.dir, 'killed.sqlite'), CLIENT_TOKEN: w.token };
-      const client = startClient(
-        ['transfer', '--from', a, '--to', b, '--amount', String(AMOUNT), '--json', '--wait', '60s'],
-        { ...env, CLIENT_BASE_URL: proxy.base },
+      const { a, b, env, held, transfersAtKill, exited } = await killedAfterSending(
+        t,
+        'killed.sqlite',
       );
-      const held = await proxy.held();
       t.equal(held.status, 201, 'the server committed the transfer and answered');
-      t.same((await ledger(w.db, a, b)).transfers.length, 1);
-      client.child.kill('SIGKILL');
-      t.same(await client.exited, { code: null, signal: 'SIGKILL' });
+      t.equal(transfersAtKill, 1);
+      t.same(exited, { code: null, signal: 'SIGKILL' });
 
       const left = Outbox.open(env.CLIENT_OUTBOX);
       const pending = left.list();
@@ -206,46 +247,10 @@ void t.test('the outbox end to end', async (t) => {
   await t.test(
     'killed after sending, then a gateway refuses the repeat: outcome unknown, not refused',
     async (t) => {
-      const a = await openAccount(base, w.token, 'From', OPENING);
-      const b = await openAccount(base, w.token, 'To', 0);
-      const proxy = await startHoldProxy(t, base);
-      proxy.mode = 'hold-answer';
-      const env = { CLIENT_OUTBOX: path.join(w.dir, 'gateway.sqlite'), CLIENT_TOKEN: w.token };
-      const client = startClient(
-        ['transfer', '--from', a, '--to', b, '--amount', String(AMOUNT), '--json', '--wait', '60s'],
-        { ...env, CLIENT_BASE_URL: proxy.base },
-      );
-      const held = await proxy.held();
-      client.child.kill('SIGKILL');
-      await client.exited;
-      // A gateway in front of the API: it passes GET /api/v1/me on and
-      // answers the transfer itself, 404 without Idempotent-Replay.
-      const gateway = http.createServer((req, res) => {
-        req.resume();
-        req.on('end', () => {
-          if (req.method === 'GET') {
-            void fetch(`${base}${req.url ?? ''}`, {
-              headers: { authorization: req.headers.authorization ?? '' },
-            }).then(async (up) => {
-              res.writeHead(up.status, { 'content-type': 'application/json' });
-              res.end(await up.text());
-            });
-            return;
-          }
-          res.writeHead(404, { 'content-type': 'application/problem+json' });
-          res.end(JSON.stringify({ code: 'not_found', detail: 'no route' }));
-        });
-      });
-      gateway.listen(0, '127.0.0.1');
-      await once(gateway, 'listening');
-      t.teardown(() => {
-        gateway.closeAllConnections();
-        gateway.close();
-      });
-      const { port } = gateway.address() as AddressInfo;
+      const { a, b, env, held } = await killedAfterSending(t, 'gateway.sqlite');
       const drained = await runClient(['outbox', 'drain'], {
         ...env,
-        CLIENT_BASE_URL: `http://127.0.0.1:${String(port)}`,
+        CLIENT_BASE_URL: await startGateway(t, base),
       });
       t.equal(drained.code, 3, drained.err);
       t.match(
