@@ -181,5 +181,19 @@ void t.test(
     await tdb.owner`update api_tokens set name = 'renamed' where id = ${tok(1)}`;
     await settle(4);
     t.equal(seen.length, 4, 'a change that leaves credentials usable notifies nothing');
+    await tdb.app`update api_tokens set revoked_at = coalesce(revoked_at, now()) where id = ${tok(1)}`;
+    await settle(4);
+    t.equal(seen.length, 4, 'revoking a revoked token again notifies nothing');
+    const c = '01920000-0000-7000-8000-00000000000c';
+    await tdb.owner`insert into principals (id, kind, display_name) values (${c}, 'user', 'C')`;
+    await tdb.owner`update api_tokens set principal_id = ${c} where id = ${tok(1)}`;
+    await settle(6);
+    t.same(seen.slice(4).sort(), [a, c].sort(), 'a token moved to another principal notifies both');
+    await tdb.owner`truncate api_tokens`;
+    await settle(7);
+    t.same(seen.slice(6), [c], 'truncating the tokens notifies every principal that had one');
+    await tdb.owner`truncate principals cascade`;
+    await settle(9);
+    t.same(seen.slice(7).sort(), [a, c].sort(), 'truncating the principals notifies each of them');
   },
 );
