@@ -407,3 +407,34 @@ void t.test('reconnecting backs off briefly: at most a second between attempts',
   t.ok(reconnectBackoff(0) <= 0.05, 'the first retry comes at once');
   t.end();
 });
+
+void t.test(
+  'a COMMIT is not cut by the transaction timeouts: work PostgreSQL does at commit (a synchronous standby, deferred triggers) finishes',
+  async (t) => {
+    // A deferred constraint trigger runs inside the COMMIT statement, as the
+    // wait for a synchronous standby does. Cancelling that wait would leave
+    // the transaction committed on the primary alone while the client is
+    // told it committed (or, with transaction_timeout, a FATAL after the
+    // local commit); both must run to the end instead.
+    const { tdb, db, uow, count } = await setup(t, {
+      statementTimeoutMs: 300,
+      transactionTimeoutMs: 600,
+    });
+    await tdb.owner.unsafe(`
+      create function probe_slow_commit() returns trigger language plpgsql as $$
+      begin perform pg_sleep(0.9); return null; end $$;
+      create constraint trigger probe_slow_commit after insert on probe
+        deferrable initially deferred for each row execute function probe_slow_commit();`);
+    await uow.run(async () => {
+      await db.sql()`insert into probe values (1, 'slow commit')`;
+    });
+    t.equal(await count(), 1, 'committed, past both the statement and the transaction timeout');
+    await t.rejects(
+      uow.run(async () => {
+        await db.sql()`select pg_sleep(0.5)`;
+      }),
+      { code: '57014' },
+      'a statement before the COMMIT is still bounded',
+    );
+  },
+);

@@ -431,6 +431,17 @@ export class PgUnitOfWork implements UnitOfWork {
           if (!settings.ok) throw settings.error;
           const fault = this.options.faultHook?.({ attempt, name: options.name });
           if (fault !== undefined) await raiseSqlState(tx, fault);
+          // The COMMIT runs to its end, in the same write as this: a
+          // statement_timeout during the wait for a synchronous standby
+          // cancels the wait, and PostgreSQL then reports success for a
+          // commit the standby may not have; transaction_timeout would end
+          // the session after the local commit (docs/adr/0002-scale-out.md).
+          tails.push(
+            settle(
+              tx`select set_config('statement_timeout', '0', true),
+                        set_config('transaction_timeout', '0', true)`.execute(),
+            ),
+          );
           return outcome.value;
         })) as T;
         // The transaction is over: a statement a detached task starts later
