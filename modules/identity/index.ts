@@ -163,7 +163,7 @@ export function createIdentityModule(deps: IdentityDeps): IdentityModule {
     disablePrincipal: (principalId) => identity.disablePrincipal(principalId),
     credentialFeed: {
       channel: CREDENTIALS_CHANNEL,
-      notify: (payload) => cache?.invalidatePrincipal(payload),
+      notify: (payload) => cache?.notice(payload),
       setLive: (live) => cache?.setLive(live),
     },
   };

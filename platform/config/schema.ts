@@ -407,9 +407,9 @@ export const ConfigSchema = Type.Object(
       token_cache_ttl: duration({
         default: '5s',
         description:
-          'How long an api process may answer a bearer token from memory after reading it from the database; 0s reads api_tokens on every request. Revoking a token or disabling a principal reaches every process at once over LISTEN/NOTIFY; this bounds how stale an entry can be should that feed fail unnoticed. While the feed is down, every request reads the database. Each process holds one more connection for it.',
+          'How long an api process may answer a bearer token from memory after reading it from the database; 0s reads api_tokens on every request. Revoking a token or disabling a principal reaches every process at once over LISTEN/NOTIFY; this bounds how stale an entry can be should that feed fail unnoticed. A heartbeat through the feed every second turns the cache off within about two seconds when the feed stops hearing, and while the feed is down every request reads the database. Each process holds two more connections for it (the listener and its heartbeat).',
         min: '0ms',
-        max: '1h',
+        max: '60s',
       }),
       token_cache_size: integer({
         default: 10_000,

@@ -1,5 +1,6 @@
 import net from 'node:net';
 import t from 'tap';
+import type * as Tap from 'tap';
 import { testDatabase } from '../../test/harness/db.js';
 import { createSql } from './client.js';
 import { PgListener } from './listener.js';
@@ -113,3 +114,125 @@ void t.test(
     t.equal(errors.length, after, 'no attempt after close');
   },
 );
+
+/** A TCP relay to PostgreSQL whose forwarding can be paused (a silent partition). */
+async function frozenRelay(t: Tap.Test, url: string) {
+  const target = new URL(url);
+  let frozen = false;
+  const pairs: [net.Socket, net.Socket][] = [];
+  const server = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port || 5432), target.hostname);
+    pairs.push([client, upstream]);
+    const forward = (from: net.Socket, to: net.Socket) => {
+      from.on('data', (chunk) => to.write(chunk));
+      from.on('close', () => to.destroy());
+      from.on('error', () => to.destroy());
+    };
+    forward(client, upstream);
+    forward(upstream, client);
+    if (frozen) {
+      client.pause();
+      upstream.pause();
+    }
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(
+    () =>
+      new Promise<void>((resolve) => {
+        for (const [a, b] of pairs) {
+          a.destroy();
+          b.destroy();
+        }
+        server.close(() => {
+          resolve();
+        });
+      }),
+  );
+  const relayed = new URL(url);
+  relayed.hostname = '127.0.0.1';
+  relayed.port = String((server.address() as net.AddressInfo).port);
+  return {
+    url: relayed.toString(),
+    freeze: () => {
+      frozen = true;
+      for (const [a, b] of pairs) {
+        a.pause();
+        b.pause();
+      }
+    },
+    thaw: () => {
+      frozen = false;
+      for (const [a, b] of pairs) {
+        a.resume();
+        b.resume();
+      }
+    },
+  };
+}
+
+void t.test(
+  'heartbeats: a session that hears nothing is reported not live, and live again when it hears',
+  async (t) => {
+    const tdb = await testDatabase(t);
+    const relay = await frozenRelay(t, tdb.appUrl);
+    const payloads: string[] = [];
+    const states: boolean[] = [];
+    const listener = new PgListener(relay.url, {
+      channel: 'test_channel',
+      applicationName: 'listener-heartbeat',
+      onNotify: (p) => payloads.push(p),
+      onState: (s) => states.push(s),
+      heartbeat: { intervalMs: 100, timeoutMs: 300 },
+    });
+    t.teardown(() => listener.close());
+    await listener.start();
+    await until('live', () => listener.listening);
+    await tdb.owner`select pg_notify('test_channel', 'one'), pg_notify('test_channel', 'hb:someone-else:7')`;
+    await until('the notification', () => payloads.length === 1);
+    await new Promise((r) => setTimeout(r, 300));
+    t.same(payloads, ['one'], 'heartbeats, its own and others, are not passed on');
+    t.same(states, [true], 'live while its heartbeats come back');
+
+    relay.freeze();
+    const frozenAt = performance.now();
+    await until('not live', () => !listener.listening, 3_000);
+    const lostMs = performance.now() - frozenAt;
+    t.ok(lostMs < 1_000, `reported not live ${lostMs.toFixed(0)} ms after the freeze`);
+    t.same(states, [true, false]);
+    await tdb.owner`select pg_notify('test_channel', 'two')`;
+
+    relay.thaw();
+    await until('live again', () => listener.listening, 3_000);
+    t.same(states, [true, false, true], 'live again once a heartbeat is heard');
+    await until('the notification sent while frozen', () => payloads.length === 2);
+    t.same(payloads, ['one', 'two']);
+  },
+);
+
+void t.test('a heartbeat that cannot be sent counts as not heard', async (t) => {
+  const tdb = await testDatabase(t);
+  const states: boolean[] = [];
+  let failing = false;
+  const listener = new PgListener(tdb.appUrl, {
+    channel: 'test_channel',
+    applicationName: 'listener-heartbeat-send',
+    onNotify: () => undefined,
+    onState: (s) => states.push(s),
+    heartbeat: {
+      intervalMs: 50,
+      timeoutMs: 5_000,
+      send: async (channel, payload) => {
+        if (failing) throw new Error('the pool is down');
+        await tdb.owner`select pg_notify(${channel}, ${payload})`;
+      },
+    },
+  });
+  t.teardown(() => listener.close());
+  await listener.start();
+  await until('live', () => listener.listening);
+  failing = true;
+  await until('not live', () => !listener.listening, 1_000);
+  failing = false;
+  await until('live again', () => listener.listening, 1_000);
+  t.same(states, [true, false, true]);
+});

@@ -6,7 +6,17 @@
  * (PostgreSQL keeps none for a session that is not there), so a consumer
  * that caches must drop what it holds when the listener comes back and must
  * not trust its cache while the listener is down.
+ *
+ * A session can also stay up and hear nothing: a silent partition, a TCP
+ * proxy that stopped forwarding, a transaction-mode pooler. With a
+ * heartbeat, the listener proves it still hears: every interval it sends
+ * `pg_notify(channel, 'hb:<instance>:<seq>')` over another connection, and
+ * it reports not live when the latest heartbeat is not heard within the
+ * timeout of its sending, or could not be sent. PostgreSQL delivers notices
+ * in commit order, so hearing heartbeat k proves every notice committed
+ * before it arrived; hearing one again makes it live again.
  */
+import { randomUUID } from 'node:crypto';
 import postgres from 'postgres';
 import { reconnectBackoff } from './client.js';
 
@@ -27,7 +37,30 @@ export interface PgListenerOptions {
   readonly onError?: (err: unknown) => void;
   /** Longest wait between attempts to listen again, in milliseconds; default 2000. */
   readonly maxRetryMs?: number;
+  /**
+   * Proves the session still hears (see the module comment); without it the
+   * listener is live whenever LISTEN is in effect.
+   */
+  readonly heartbeat?: PgListenerHeartbeat;
 }
+
+/** The heartbeat of a {@link PgListener}. */
+export interface PgListenerHeartbeat {
+  /** Time between heartbeats, in milliseconds; default 1000. */
+  readonly intervalMs?: number;
+  /** How long after its sending a heartbeat must be heard, in milliseconds; default 2000. */
+  readonly timeoutMs?: number;
+  /**
+   * Sends `pg_notify(channel, payload)`. By default the listener sends over a
+   * second connection of its own (named `<applicationName>-heartbeat`), so
+   * that a busy or broken application pool does not count; a send that
+   * fails counts as a heartbeat not heard.
+   */
+  readonly send?: (channel: string, payload: string) => Promise<unknown>;
+}
+
+/** The payload of a heartbeat: `hb:<instance>:<seq>`. Never passed to onNotify. */
+const HEARTBEAT = /^hb:([^:]*):(\d+)$/;
 
 const CHANNEL = /^[a-z_][a-z0-9_]{0,62}$/;
 
@@ -40,6 +73,19 @@ export class PgListener {
   #attempt: Promise<void> | undefined;
   #retry: NodeJS.Timeout | undefined;
   #failures = 0;
+  /** LISTEN is in effect on the live session. */
+  #session = false;
+  readonly #beat: Required<PgListenerHeartbeat> | undefined;
+  readonly #beatSql: postgres.Sql | undefined;
+  readonly #instance = randomUUID();
+  #beatTimer: NodeJS.Timeout | undefined;
+  /** Deadlines of the heartbeats sent and not heard yet, by seq. */
+  readonly #deadlines = new Map<number, NodeJS.Timeout>();
+  #sentSeq = 0;
+  /** The highest seq that failed: not sent, or not heard in time. */
+  #failedSeq = 0;
+  /** Whether the latest heartbeat was heard (always true without a heartbeat). */
+  #heard = true;
 
   /**
    * Prepares the listener; nothing connects before {@link start}.
@@ -57,7 +103,13 @@ export class PgListener {
     // uses them) but does not declare in its types.
     const hooks = {
       onnotify: (channel: string, payload: string) => {
-        if (channel === options.channel && this.#listening) options.onNotify(payload);
+        if (channel !== options.channel || !this.#session) return;
+        const beat = HEARTBEAT.exec(payload);
+        if (beat !== null) {
+          if (beat[1] === this.#instance) this.#heardBeat(Number(beat[2]));
+          return;
+        }
+        options.onNotify(payload);
       },
       onclose: () => {
         this.#lost();
@@ -73,6 +125,28 @@ export class PgListener {
       onnotice: () => undefined,
       connection: { application_name: options.applicationName },
     });
+    const beat = options.heartbeat;
+    if (beat !== undefined) {
+      const timeoutMs = beat.timeoutMs ?? 2_000;
+      let send = beat.send;
+      if (send === undefined) {
+        const sql = postgres(url, {
+          max: 1,
+          idle_timeout: 0,
+          max_lifetime: 0,
+          fetch_types: false,
+          backoff: reconnectBackoff,
+          onnotice: () => undefined,
+          connection: {
+            application_name: `${options.applicationName}-heartbeat`,
+            statement_timeout: timeoutMs,
+          },
+        });
+        this.#beatSql = sql;
+        send = (channel, payload) => sql`select pg_notify(${channel}, ${payload})`.execute();
+      }
+      this.#beat = { intervalMs: beat.intervalMs ?? 1_000, timeoutMs, send };
+    }
   }
 
   /** Whether LISTEN is in effect on a live session now. */
@@ -96,19 +170,82 @@ export class PgListener {
     if (this.#closed) return;
     this.#closed = true;
     clearTimeout(this.#retry);
-    this.#set(false);
+    this.#down();
     await this.#attempt;
-    await this.#sql.end({ timeout: 1 });
+    await Promise.all([this.#sql.end({ timeout: 1 }), this.#beatSql?.end({ timeout: 1 })]);
   }
 
-  #set(listening: boolean): void {
+  /** Reports the state: live when LISTEN is in effect and the latest heartbeat was heard. */
+  #update(): void {
+    const listening = this.#session && this.#heard && !this.#closed;
     if (this.#listening === listening) return;
     this.#listening = listening;
     this.#options.onState(listening);
   }
 
+  /** LISTEN took effect: live at once without a heartbeat, else once the first is heard. */
+  #up(): void {
+    this.#session = true;
+    if (this.#beat !== undefined) {
+      this.#heard = false;
+      this.#sendBeat();
+      this.#beatTimer = setInterval(() => {
+        this.#sendBeat();
+      }, this.#beat.intervalMs);
+      this.#beatTimer.unref();
+    }
+    this.#update();
+  }
+
+  /** The session is gone (or closing): not live, and no heartbeat until LISTEN again. */
+  #down(): void {
+    this.#session = false;
+    clearInterval(this.#beatTimer);
+    this.#beatTimer = undefined;
+    for (const timer of this.#deadlines.values()) clearTimeout(timer);
+    this.#deadlines.clear();
+    this.#update();
+  }
+
+  #sendBeat(): void {
+    const beat = this.#beat;
+    if (beat === undefined || !this.#session) return;
+    this.#sentSeq += 1;
+    const seq = this.#sentSeq;
+    const deadline = setTimeout(() => {
+      this.#missedBeat(seq);
+    }, beat.timeoutMs);
+    deadline.unref();
+    this.#deadlines.set(seq, deadline);
+    beat.send(this.#options.channel, `hb:${this.#instance}:${String(seq)}`).catch(() => {
+      this.#missedBeat(seq);
+    });
+  }
+
+  #missedBeat(seq: number): void {
+    const deadline = this.#deadlines.get(seq);
+    if (deadline === undefined) return; // heard already, or the session is gone
+    clearTimeout(deadline);
+    this.#deadlines.delete(seq);
+    this.#failedSeq = Math.max(this.#failedSeq, seq);
+    this.#heard = false;
+    this.#update();
+  }
+
+  #heardBeat(seq: number): void {
+    // Delivery in commit order: hearing seq proves every earlier notice arrived.
+    for (const [s, deadline] of this.#deadlines) {
+      if (s <= seq) {
+        clearTimeout(deadline);
+        this.#deadlines.delete(s);
+      }
+    }
+    if (seq > this.#failedSeq) this.#heard = true;
+    this.#update();
+  }
+
   #lost(): void {
-    this.#set(false);
+    this.#down();
     this.#schedule();
   }
 
@@ -129,15 +266,15 @@ export class PgListener {
       try {
         await this.#sql.unsafe(`listen ${this.#options.channel}`);
         this.#failures = 0;
-        if (!this.#closed) this.#set(true);
+        if (!this.#closed) this.#up();
       } catch (err) {
         this.#failures += 1;
-        this.#set(false);
+        this.#down();
         if (!this.#closed) this.#options.onError?.(err);
       } finally {
         this.#attempt = undefined;
       }
-      if (!this.#listening) this.#schedule();
+      if (!this.#session) this.#schedule();
     })();
     return this.#attempt;
   }

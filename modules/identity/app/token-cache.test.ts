@@ -146,3 +146,28 @@ void t.test('the least recently used entry goes first', async (t) => {
   await cache.lookup(hash(2), at(2), l.load);
   t.equal(l.calls.n, 4, 'the one used least recently was dropped');
 });
+
+void t.test(
+  'a heartbeat payload names no principal: it drops nothing and stops no store',
+  async (t) => {
+    const cache = new TokenOwnerCache({ ttlMs: 60_000, maxEntries: 10 });
+    cache.setLive(true);
+    const a = loader({ value: owner(alice) });
+    await cache.lookup(hash(1), at(0), a.load);
+    let release: (v: TokenOwner | null) => void = () => undefined;
+    const pending = cache.lookup(
+      hash(2),
+      at(0),
+      () =>
+        new Promise<TokenOwner | null>((r) => {
+          release = r;
+        }),
+    );
+    cache.notice('hb:0f9b6c1e-4d2a-4b8e-9a51-3c7d2e1f0a6b:42');
+    release(owner(alice));
+    await pending;
+    t.equal(cache.size, 2, 'the entry kept and the read in flight stored');
+    cache.notice(alice);
+    t.equal(cache.size, 0, 'a notice naming the principal drops its entries');
+  },
+);

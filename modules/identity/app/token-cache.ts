@@ -132,6 +132,18 @@ export class TokenOwnerCache {
   }
 
   /**
+   * A notice arrived on the feed. A listener heartbeat (`hb:<instance>:<seq>`,
+   * see platform/pg/listener.ts) names no principal and is ignored; any
+   * other payload is a principal's id, see {@link invalidatePrincipal}.
+   *
+   * @param payload the notice's payload.
+   */
+  notice(payload: string): void {
+    if (payload.startsWith('hb:')) return;
+    this.invalidatePrincipal(payload);
+  }
+
+  /**
    * A credential of a principal changed (a token revoked or removed, the
    * principal disabled, removed or changed): drops its entries, and keeps
    * any read already under way from being stored.

@@ -1,7 +1,9 @@
 /**
  * Connects the identity module's credential feed to PostgreSQL: a
  * {@link PgListener} on the channel the identity triggers notify, whose
- * notices and state go to the token cache.
+ * notices and state go to the token cache. Its heartbeat (every second, over
+ * a second connection of its own, heard within two seconds) turns the feed
+ * off when the session stays up but stops hearing.
  */
 import { PgListener } from '../../../../platform/pg/listener.js';
 import type { CredentialFeed } from '../../app/token-cache.js';
@@ -14,6 +16,8 @@ export interface CredentialListenerOptions {
   readonly onLost?: () => void;
   /** Told of an attempt to listen that failed (it is tried again). */
   readonly onError?: (err: unknown) => void;
+  /** Heartbeat interval and timeout, in milliseconds; 1000 and 2000 by default. */
+  readonly heartbeat?: { readonly intervalMs?: number; readonly timeoutMs?: number };
 }
 
 /**
@@ -40,6 +44,7 @@ export async function startCredentialListener(
       if (!live) options.onLost?.();
     },
     ...(options.onError === undefined ? {} : { onError: options.onError }),
+    heartbeat: options.heartbeat ?? {},
   });
   await listener.start();
   return listener;
