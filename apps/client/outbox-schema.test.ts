@@ -1,7 +1,7 @@
 /**
  * The outbox's schema versions on real files: a file of schema version 1
- * (made here with that version's own SQL, as the client of then wrote it)
- * is migrated to version 2 when it is opened, in one transaction, with
+ * or 2 (made here with that version's own SQL, as the client of then wrote
+ * it) is migrated to version 3 when it is opened, in one transaction, with
  * every row kept as it was; a migration that meets a broken foreign key is
  * refused and leaves the file as it was.
  */
@@ -254,7 +254,7 @@ void t.test('a version 1 file is migrated on open with its rows unchanged', asyn
     'every other row is as it was, column by column',
   );
   t.same(after.lanes, before.lanes, 'the lanes are as they were');
-  t.equal(after.version, '2');
+  t.equal(after.version, '3');
   t.match(after.table, /outcome_unknown/, 'the new check allows the new reason');
   t.same(after.indexes.sort(), ['intents_pending', 'sqlite_autoindex_intents_1'].sort());
   t.same(after.foreignKeyProblems, []);
@@ -264,7 +264,7 @@ void t.test('a version 1 file is migrated on open with its rows unchanged', asyn
     'a replay was marked; an earlier first answer is not known to have been',
   );
   const again = Outbox.open(file);
-  t.equal(again.list().length, 5, 'a version 2 file opens without a migration');
+  t.equal(again.list().length, 5, 'a version 3 file opens without a migration');
   again.close();
 });
 
@@ -293,7 +293,7 @@ void t.test('a migration that meets a broken foreign key leaves the file as it w
   kept.close();
 });
 
-void t.test('a new file has the version 2 schema', async (t) => {
+void t.test('a new file has the version 3 schema', async (t) => {
   const file = await tempFile(t);
   const outbox = Outbox.open(file);
   const { intent } = outbox.enqueue({ operation: 'x', method: 'POST', path: '/x', lanes: [] });
@@ -311,6 +311,73 @@ void t.test('a new file has the version 2 schema', async (t) => {
   });
   outbox.close();
   const s = snapshot(file);
-  t.equal(s.version, '2');
+  t.equal(s.version, '3');
   t.same(s.answers, [{ seq: 1, marked: 0, attempt_started_at: null }]);
+});
+
+/** The intents table of version 2, as the client wrote it before version 3. */
+const V2_INTENTS = `
+create table intents (
+  seq integer primary key autoincrement,
+  key text not null unique,
+  operation text not null,
+  method text not null,
+  path text not null,
+  body text,
+  lanes text not null,
+  created_at integer not null,
+  state text not null default 'pending' check (state in ('pending', 'done', 'failed')),
+  failure text check (failure in ('key_reuse', 'expired', 'unexpected_answer', 'outcome_unknown')),
+  attempts integer not null default 0,
+  next_attempt_at integer not null default 0,
+  attempt_started_at integer,
+  last_error text,
+  status integer,
+  replayed integer,
+  marked integer check (marked in (0, 1)),
+  answer_headers text,
+  answer_body text,
+  finished_at integer
+) strict;`;
+
+void t.test('a version 2 file is migrated to version 3 with its rows unchanged', async (t) => {
+  const file = await tempFile(t);
+  const db = new DatabaseSync(file);
+  db.exec('pragma journal_mode = wal');
+  db.exec(
+    V1_SCHEMA.replace(/create table intents \([^;]*\) strict;/, V2_INTENTS).replace(
+      "'schema_version', '1'",
+      "'schema_version', '2'",
+    ),
+  );
+  db.exec(`insert into intents (key, operation, method, path, body, lanes, created_at, attempts,
+             attempt_started_at, last_error)
+           values ('${KEYS[0] ?? ''}', 'createTransfer', 'POST', '/api/v1/transfers', '${BODY}',
+             '["account:a"]', 1_000, 1, 1_500, null)`);
+  db.exec(`insert into intents (key, operation, method, path, body, lanes, created_at, state,
+             attempts, status, replayed, marked, answer_headers, answer_body, finished_at)
+           values ('${KEYS[1] ?? ''}', 'createTransfer', 'POST', '/api/v1/transfers', '${BODY}',
+             '[]', 1_100, 'done', 1, 201, 0, 1, '{}', '{"id":"t"}', 1_200)`);
+  db.exec(`insert into intent_lanes (lane, seq) values ('account:a', 1)`);
+  const before = db.prepare(`select ${V1_COLUMNS}, marked, attempt_started_at from intents`).all();
+  db.close();
+  const outbox = Outbox.open(file);
+  const intents = outbox.list();
+  t.equal(intents.length, 2);
+  t.match(intents, [
+    { seq: 1, state: 'pending', attempts: 1, attemptStartedAt: 1_500, serverAnchor: null },
+    { seq: 2, state: 'done', answer: { status: 201, marked: true }, serverAnchor: null },
+  ]);
+  outbox.close();
+  const after = snapshot(file);
+  t.equal(after.version, '3');
+  t.match(after.table, /server_anchor/);
+  t.same(after.foreignKeyProblems, []);
+  const kept = new DatabaseSync(file);
+  t.same(
+    kept.prepare(`select ${V1_COLUMNS}, marked, attempt_started_at from intents`).all(),
+    before,
+    'every row is as it was, column by column',
+  );
+  kept.close();
 });

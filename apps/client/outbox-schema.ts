@@ -2,7 +2,9 @@
  * The outbox file's schema. Version 2 adds, to what version 1 kept, the
  * failure reason `outcome_unknown`, the answer's `Idempotent-Replay` marker
  * (`marked`) and the start of the attempt in flight
- * (`attempt_started_at`). A version 1 file is migrated when it is opened,
+ * (`attempt_started_at`). Version 3 adds the server's time seen before the
+ * intent's first attempt (`server_anchor`), from which its key's age is
+ * counted on the server's clock too. A version 1 or 2 file is migrated when it is opened,
  * in the opener's transaction: SQLite cannot alter a CHECK, so the intents
  * move to a new table by the procedure of the SQLite documentation ("Making
  * Other Kinds Of Table Schema Changes": create the new table, copy, drop
@@ -14,7 +16,7 @@ import type { DatabaseSync } from 'node:sqlite';
 import { OutboxOpenError } from './outbox-errors.js';
 
 /** The schema version this client writes. */
-export const SCHEMA_VERSION = '2';
+export const SCHEMA_VERSION = '3';
 
 /** The failure reasons the schema allows, in the order they were added. */
 export const FAILURES: readonly string[] = [
@@ -39,6 +41,7 @@ create table ${name} (
   attempts integer not null default 0,
   next_attempt_at integer not null default 0,
   attempt_started_at integer,
+  server_anchor integer,
   last_error text,
   status integer,
   replayed integer,
@@ -62,29 +65,41 @@ create table intent_lanes (
 insert into meta (name, value) values ('schema_version', '${SCHEMA_VERSION}');
 `;
 
-/** The columns of version 1's intents, all kept by version 2. */
+/** The columns of version 1's intents, all kept by versions 2 and 3. */
 const V1_COLUMNS =
   'seq, key, operation, method, path, body, lanes, created_at, state, failure, attempts, next_attempt_at, last_error, status, replayed, answer_headers, answer_body, finished_at';
 
+/** The columns of version 2's intents, all kept by version 3. */
+const V2_COLUMNS = `${V1_COLUMNS}, marked, attempt_started_at`;
+
 /**
- * Version 1 to 2. A replay was marked (`Idempotent-Replay: true`); whether
- * an answer recorded as no replay carried `Idempotent-Replay: false` was not
- * kept, so its `marked` is null (not known).
+ * The copy of the intents into the new table, by the version migrated
+ * from. From version 1: a replay was marked (`Idempotent-Replay: true`);
+ * whether an answer recorded as no replay carried `Idempotent-Replay:
+ * false` was not kept, so its `marked` is null (not known). From either:
+ * the server's time before the first attempt was not kept (null: the age
+ * counts on the client's clock alone).
  */
-const MIGRATE_V1 = `
-${intentsTable('intents_v2')}
-insert into intents_v2 (${V1_COLUMNS}, marked, attempt_started_at)
-  select ${V1_COLUMNS}, case when replayed = 1 then 1 end, null from intents;
+const COPY: Record<string, string> = {
+  '1': `insert into intents_new (${V1_COLUMNS}, marked, attempt_started_at, server_anchor)
+  select ${V1_COLUMNS}, case when replayed = 1 then 1 end, null, null from intents;`,
+  '2': `insert into intents_new (${V2_COLUMNS}, server_anchor)
+  select ${V2_COLUMNS}, null from intents;`,
+};
+
+const migration = (from: string): string => `
+${intentsTable('intents_new')}
+${COPY[from] ?? ''}
 drop table intents;
-alter table intents_v2 rename to intents;
+alter table intents_new rename to intents;
 ${PENDING_INDEX}
-update meta set value = '2' where name = 'schema_version';
+update meta set value = '${SCHEMA_VERSION}' where name = 'schema_version';
 `;
 
-function migrateFromV1(db: DatabaseSync, file: string): void {
+function migrate(db: DatabaseSync, file: string, from: string): void {
   const sequence = (sql: string): number => Number(db.prepare(sql).get()?.['seq'] ?? 0);
   const used = sequence(`select seq from sqlite_sequence where name = 'intents'`);
-  db.exec(MIGRATE_V1);
+  db.exec(migration(from));
   // The copy sets the sequence to the largest seq copied; the old one may
   // have been larger (a row removed by hand), and numbers are never reused.
   const copied = sequence('select coalesce(max(seq), 0) as seq from intents');
@@ -96,14 +111,14 @@ function migrateFromV1(db: DatabaseSync, file: string): void {
   if (broken.length > 0) {
     const tables = [...new Set(broken.map((r) => String(r['table'])))].join(', ');
     throw new OutboxOpenError(
-      `cannot open outbox ${file}: migrating it from schema version 1 to ${SCHEMA_VERSION} failed: ${tables} has rows that break their foreign key (pragma foreign_key_check found ${String(broken.length)}); the file is left as it was: repair or remove those rows`,
+      `cannot open outbox ${file}: migrating it from schema version ${from} to ${SCHEMA_VERSION} failed: ${tables} has rows that break their foreign key (pragma foreign_key_check found ${String(broken.length)}); the file is left as it was: repair or remove those rows`,
     );
   }
 }
 
 /**
  * Makes the schema in an empty database, or checks an outbox's version and
- * migrates a version 1 file to version 2. Runs inside the caller's write
+ * migrates a version 1 or 2 file to version 3. Runs inside the caller's write
  * transaction (a failed migration is rolled back with it), with foreign
  * keys off.
  *
@@ -112,7 +127,7 @@ function migrateFromV1(db: DatabaseSync, file: string): void {
  * @param create whether an empty database is made an outbox.
  * @throws OutboxOpenError when the database is empty and `create` is false,
  *   holds other tables, has another
- *   schema version than 1 or 2, or breaks a foreign key while migrated.
+ *   schema version than 1, 2 or 3, or breaks a foreign key while migrated.
  */
 export function prepareSchema(db: DatabaseSync, file: string, create: boolean): void {
   const tables = db
@@ -131,13 +146,14 @@ export function prepareSchema(db: DatabaseSync, file: string, create: boolean): 
     );
   }
   const version = db.prepare(`select value from meta where name = 'schema_version'`).get();
-  if (version?.['value'] === '1') {
-    migrateFromV1(db, file);
+  const from = version?.['value'];
+  if (typeof from === 'string' && Object.hasOwn(COPY, from)) {
+    migrate(db, file, from);
     return;
   }
   if (version?.['value'] !== SCHEMA_VERSION) {
     throw new OutboxOpenError(
-      `cannot open outbox ${file}: it has schema version ${String(version?.['value'])}, this client knows 1 and ${SCHEMA_VERSION}`,
+      `cannot open outbox ${file}: it has schema version ${String(version?.['value'])}, this client knows 1, 2 and ${SCHEMA_VERSION}`,
     );
   }
 }

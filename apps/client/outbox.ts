@@ -106,6 +106,14 @@ export interface Intent {
    * kill) that may have reached the server. Null when none is in flight.
    */
   readonly attemptStartedAt: number | null;
+  /**
+   * The server's time (its `Date`, carried forward on the monotonic clock)
+   * seen before the intent's first attempt, in milliseconds since the
+   * epoch: its key's age on the server's clock counts from here. Null when
+   * no server time was known before an attempt (or the row predates
+   * schema version 3).
+   */
+  readonly serverAnchor: number | null;
   /** What the last unsuccessful attempt met, e.g. `503 service_unavailable` or `ECONNREFUSED`. */
   readonly lastError: string | null;
   /**
@@ -271,7 +279,7 @@ export class Outbox {
 
   /**
    * Opens (or creates) an outbox file and takes its lock; a file of schema
-   * version 1 is migrated to version 2 in one transaction.
+   * version 1 or 2 is migrated to version 3 in one transaction.
    *
    * @param file the file's path; a new file is created (its folder must
    *   exist) unless `options.create` is false.
@@ -280,7 +288,7 @@ export class Outbox {
    * @throws OutboxLockedError when another connection holds the file.
    * @throws OutboxOpenError when the file cannot be opened, is not a SQLite
    *   database, holds other tables, was written by a newer client, or is of
-   *   schema version 1 and its migration to version 2 failed (it is left as
+   *   schema version 1 or 2 and its migration to version 3 failed (it is left as
    *   it was); when it is `:memory:` or its journal mode does not become WAL
    *   (an in-memory or temporary database); when `options.create` is false
    *   and the file is missing or empty.
@@ -535,14 +543,17 @@ export class Outbox {
    * @param seq the intent.
    * @param attempts the attempts made so far, this one included.
    * @param now the current time in milliseconds since the epoch.
+   * @param serverTime the server's time now, as far as it is known; kept
+   *   as the intent's {@link Intent.serverAnchor} when it has none yet.
    * @throws OutboxError when no pending intent has that number.
    */
-  recordAttempt(seq: number, attempts: number, now: number): void {
+  recordAttempt(seq: number, attempts: number, now: number, serverTime?: number): void {
     this.update(
       seq,
-      `update intents set attempts = ?, attempt_started_at = ?
+      `update intents set attempts = ?, attempt_started_at = ?,
+              server_anchor = coalesce(server_anchor, ?)
         where seq = ? and state = 'pending'`,
-      [attempts, now, seq],
+      [attempts, now, serverTime ?? null, seq],
       now,
     );
   }
@@ -784,6 +795,7 @@ export class Outbox {
       attempts: int('attempts'),
       nextAttemptAt: int('next_attempt_at'),
       attemptStartedAt: row['attempt_started_at'] === null ? null : int('attempt_started_at'),
+      serverAnchor: row['server_anchor'] === null ? null : int('server_anchor'),
       lastError: row['last_error'] === null ? null : text('last_error'),
       answer,
       finishedAt: row['finished_at'] === null ? null : int('finished_at'),

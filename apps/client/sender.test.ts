@@ -615,3 +615,45 @@ void t.test('the server Date of an answer is a time the key has reached (finding
   t.match(s.outbox.get(intent.key), { state: 'failed', failure: 'expired', attempts: 1 });
   t.equal(s.outbox.highWater(), START + 23.5 * 3_600_000);
 });
+
+void t.test(
+  'a key stated while the client clock was ahead ages on the server clock too (H1)',
+  async (t) => {
+    let serverNow = START;
+    const me: Reply = (res, seen) => {
+      json(200, { id: 'p1' }, { date: new Date(serverNow).toUTCString() })(res, seen);
+    };
+    const s = await setup(t, me);
+    // The client clock is 3 hours ahead when the intent is stated and first sent.
+    s.clock.now = START + 3 * 3_600_000;
+    const { intent } = s.outbox.enqueue(transfer(1));
+    s.script.push((res) => {
+      res.socket?.destroy();
+    });
+    const first = await s.sender.drain({ deadline: s.clock.now + 10 });
+    t.equal(first.stoppedBy, 'deadline');
+    t.equal(s.seen.length, 1, 'the first attempt left');
+    // 25 hours later the clock is corrected: by it the key is 22 hours
+    // old, by the server it is 25 hours old and forgotten.
+    s.clock.now = START + 25 * 3_600_000;
+    serverNow = START + 25 * 3_600_000;
+    const later = new Sender({
+      outbox: s.outbox,
+      baseUrl: s.base,
+      token: 'tok',
+      keyTtlMs: 24 * 3_600_000,
+      ttlMarginMs: 3_600_000,
+      timeoutMs: 2_000,
+      concurrency: 4,
+      backoff: { baseMs: 100, capMs: 10_000, maxRetryAfterMs: 60_000 },
+      clock: () => s.clock.now,
+      random: () => 0.5,
+      sleep: async () => {},
+      onEvent: (e) => s.events.push(e),
+    });
+    s.script.push(json(201, { id: 't' }, { 'idempotent-replay': 'false' }));
+    await later.drain();
+    t.equal(s.seen.length, 1, 'no second POST');
+    t.match(s.outbox.get(intent.key), { state: 'failed', failure: 'expired', attempts: 1 });
+  },
+);

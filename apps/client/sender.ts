@@ -9,10 +9,16 @@
  * key older than the server keeps keys (less a margin): such an intent is
  * reported as expired instead, because the server would run it again as new.
  * A key's age counts up to the latest time the outbox has seen (its own
- * records and the server's `Date`), not the clock alone, which may step back.
+ * records and the server's `Date`), not the clock alone, which may step back;
+ * and it counts on the server's clock too (its latest `Date` carried forward
+ * on the monotonic clock, less the server's time seen before the intent's
+ * first attempt), so a client clock that was ahead when the intent was
+ * stated does not make its key look young once corrected. The key expires
+ * when either age reaches the TTL less the margin.
  *
- * Before the first write it asks `GET /api/v1/me` who the token belongs to
- * and binds the outbox to that principal (keys are per principal: another
+ * Each drain first asks `GET /api/v1/me` who the token belongs to (which
+ * also gives the server's time before anything is sent or sent again) and
+ * binds the outbox to that principal (keys are per principal: another
  * principal's repeat of a key would run as a new request).
  */
 import { setTimeout as delay } from 'node:timers/promises';
@@ -50,6 +56,11 @@ export interface SenderOptions {
   readonly backoff: BackoffSettings;
   /** The clock, in milliseconds since the epoch; default `Date.now`. */
   readonly clock?: () => number;
+  /**
+   * A monotonic clock in milliseconds (any origin), which carries the
+   * server's last `Date` forward; default `performance.now`.
+   */
+  readonly monotonic?: () => number;
   /** Random numbers in [0, 1) for the jitter; default `Math.random`. */
   readonly random?: () => number;
   /** Waits `ms`, rejecting when the signal aborts; default a timer. */
@@ -198,8 +209,10 @@ export class Sender {
   private readonly random: () => number;
   private readonly sleep: (ms: number, signal: AbortSignal) => Promise<void>;
   private readonly fetch: typeof fetch;
+  private readonly monotonic: () => number;
   private readonly origin: URL;
-  private principalChecked = false;
+  /** The server's latest `Date` and the monotonic time it was read at. */
+  private serverClock: { readonly at: number; readonly mono: number } | undefined;
   /**
    * Attempts in flight, by intent, shared by every drain of this sender:
    * two drains at once (two `deliver` calls) never send one intent twice at
@@ -245,6 +258,7 @@ export class Sender {
     }
     this.origin = origin;
     this.clock = options.clock ?? Date.now;
+    this.monotonic = options.monotonic ?? (() => performance.now());
     this.random = options.random ?? Math.random;
     this.sleep = options.sleep ?? defaultSleep;
     this.fetch = options.fetch ?? globalThis.fetch;
@@ -273,11 +287,10 @@ export class Sender {
     });
     if (outbox.pendingCount() === 0) return report('empty');
     if (signal.aborted) return report('aborted');
-    if (!this.principalChecked) {
-      const stop = await this.checkPrincipal(options.deadline, signal);
-      if (stop !== undefined) return report(stop.reason, stop.detail);
-      this.principalChecked = true;
-    }
+    // Every drain, not only the first: it refreshes the server's time
+    // before any intent is sent again (H1).
+    const stop = await this.checkPrincipal(options.deadline, signal);
+    if (stop !== undefined) return report(stop.reason, stop.detail);
     const inFlight = this.inFlight;
     // Written by the attempts as they end, read by the loop.
     const ended: { halt?: { reason: 'unauthenticated'; detail: string }; failure?: Error } = {};
@@ -351,6 +364,19 @@ export class Sender {
     this.options.onEvent?.(event);
   }
 
+  /** Takes in a server's `Date`: the high-water mark and the server's clock. */
+  private observeServer(serverTime: number | undefined): void {
+    if (serverTime === undefined) return;
+    this.options.outbox.observeTime(serverTime);
+    this.serverClock = { at: serverTime, mono: this.monotonic() };
+  }
+
+  /** The server's time now, as far as its last `Date` tells, or undefined. */
+  private serverNow(): number | undefined {
+    const seen = this.serverClock;
+    return seen === undefined ? undefined : seen.at + Math.max(0, this.monotonic() - seen.mono);
+  }
+
   private async checkPrincipal(
     deadline: number | undefined,
     signal: AbortSignal,
@@ -360,7 +386,7 @@ export class Sender {
       let retryAfterMs: number | undefined;
       try {
         const answer = await this.request('GET', '/api/v1/me', null, undefined, signal);
-        if (answer.serverTime !== undefined) this.options.outbox.observeTime(answer.serverTime);
+        this.observeServer(answer.serverTime);
         const cls = classifyAnswer(answer, this.clock());
         const id = answer.status === 200 ? principalId(answer.body) : undefined;
         if (id !== undefined) {
@@ -422,8 +448,17 @@ export class Sender {
     // key, which is never before the key was made. Up to the latest time
     // the outbox has seen, at least (finding 5): a clock stepped back would
     // make an old key look young.
-    const ageMs =
+    const localAgeMs =
       Math.max(started, outbox.highWater()) - Math.min(intent.createdAt, keyTime(intent.key));
+    // On the server's clock too (H1): a client clock ahead when the intent
+    // was stated, corrected since, understates the local age; the server's
+    // time before the first attempt is never after its first sight of the key.
+    const serverNow = this.serverNow();
+    const serverAgeMs =
+      serverNow === undefined || intent.serverAnchor === null
+        ? -Infinity
+        : serverNow - intent.serverAnchor;
+    const ageMs = Math.round(Math.max(localAgeMs, serverAgeMs));
     if (ageMs >= keyTtlMs - ttlMarginMs) {
       outbox.recordExpired(intent.seq, started);
       const expired = outbox.get(intent.key) ?? intent;
@@ -435,7 +470,12 @@ export class Sender {
     // Counted, durably, before the first byte leaves (finding 6): a crash
     // during the attempt leaves the count true, and the count is how a
     // later answer knows an earlier attempt may have reached the server.
-    outbox.recordAttempt(intent.seq, attempt, started);
+    outbox.recordAttempt(
+      intent.seq,
+      attempt,
+      started,
+      serverNow === undefined ? undefined : Math.round(serverNow),
+    );
     this.emit({
       type: 'attempt',
       key: intent.key,
@@ -461,7 +501,7 @@ export class Sender {
       this.scheduleRetry(intent, attempt, describeError(err, this.options.timeoutMs), undefined);
       return undefined;
     }
-    if (answer.serverTime !== undefined) outbox.observeTime(answer.serverTime);
+    this.observeServer(answer.serverTime);
     const now = this.clock();
     // The count read before this attempt was recorded: any earlier attempt,
     // one cut off by a crash included, may have reached the server.
