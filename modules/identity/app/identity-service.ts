@@ -214,6 +214,7 @@ export class IdentityService implements Authenticator, PrincipalDirectory {
    * @throws AppError `not_found` when there is no such principal.
    */
   async disablePrincipal(principalId: Id): Promise<void> {
+    const outer = this.#uow.inTransaction();
     await this.#uow.run(
       async () => {
         if (!(await this.#principals.disable(principalId, this.#clock.now()))) {
@@ -222,9 +223,7 @@ export class IdentityService implements Authenticator, PrincipalDirectory {
       },
       { name: 'identity.disablePrincipal' },
     );
-    // This process refuses at once; the others when the trigger's notice
-    // reaches them (and this one again then, after the outer commit).
-    this.#cache?.invalidatePrincipal(principalId);
+    this.#dropCached(principalId, outer);
   }
 
   /**
@@ -290,6 +289,7 @@ export class IdentityService implements Authenticator, PrincipalDirectory {
    *   is never revealed.
    */
   async revokeToken(principalId: Id, tokenId: Id): Promise<void> {
+    const outer = this.#uow.inTransaction();
     await this.#uow.run(
       async () => {
         if (!(await this.#tokens.revoke(principalId, tokenId, this.#clock.now()))) {
@@ -298,7 +298,20 @@ export class IdentityService implements Authenticator, PrincipalDirectory {
       },
       { name: 'identity.revokeToken' },
     );
-    this.#cache?.invalidatePrincipal(principalId);
+    this.#dropCached(principalId, outer);
+  }
+
+  /**
+   * After a change to a principal's credentials: this process refuses at
+   * once, the others when the trigger's notice reaches them. Inside an outer
+   * unit of work the change is not committed yet, so a concurrent read would
+   * still see the old rows and store them: the cache then also refuses to
+   * store the principal's reads until the notice (sent on the outer commit)
+   * arrives or a second passes, since the kernel port has no after-commit hook.
+   */
+  #dropCached(principalId: Id, outer: boolean): void {
+    if (outer) this.#cache?.suppress(principalId);
+    else this.#cache?.invalidatePrincipal(principalId);
   }
 
   /**

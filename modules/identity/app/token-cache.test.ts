@@ -171,3 +171,40 @@ void t.test(
     t.equal(cache.size, 0, 'a notice naming the principal drops its entries');
   },
 );
+
+void t.test(
+  'a change inside an outer transaction: the principal is not stored until its notice or one second',
+  async (t) => {
+    let mono = 0;
+    const cache = new TokenOwnerCache({ ttlMs: 60_000, maxEntries: 10, now: () => mono });
+    cache.setLive(true);
+    const a = loader({ value: owner(alice) });
+    const b = loader({ value: owner(bob) });
+    await cache.lookup(hash(1), at(0), a.load);
+    await cache.lookup(hash(2), at(0), b.load);
+    // Revoked inside an outer unit of work: not committed yet, so a read now
+    // still sees the token; it must not be kept past the commit.
+    cache.suppress(alice);
+    t.equal(cache.size, 1, 'its entries are dropped at once');
+    await cache.lookup(hash(1), at(1), a.load);
+    await cache.lookup(hash(1), at(2), a.load);
+    t.equal(a.calls.n, 3, 'read each time, not stored');
+    await cache.lookup(hash(2), at(1), b.load);
+    t.equal(b.calls.n, 1, 'another principal is still served');
+    mono = 999;
+    await cache.lookup(hash(1), at(3), a.load);
+    t.equal(a.calls.n, 4, 'still not stored just before one second');
+    mono = 1_000;
+    await cache.lookup(hash(1), at(4), a.load);
+    await cache.lookup(hash(1), at(5), a.load);
+    t.equal(a.calls.n, 5, 'after one second it is stored again');
+
+    cache.suppress(alice);
+    await cache.lookup(hash(1), at(6), a.load);
+    t.equal(a.calls.n, 6);
+    cache.notice(alice);
+    await cache.lookup(hash(1), at(7), a.load);
+    await cache.lookup(hash(1), at(8), a.load);
+    t.equal(a.calls.n, 7, 'the notice for it (the commit heard) ends the wait');
+  },
+);

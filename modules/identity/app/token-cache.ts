@@ -12,7 +12,12 @@
  *   token's own expiry;
  * - only if no change was heard between the start of its read and the
  *   store: a read that saw a token before its revocation committed, and
- *   returns after the notice, is not kept (an epoch counts the changes).
+ *   returns after the notice, is not kept (an epoch counts the changes);
+ * - only if its principal is not held back: a change made inside an outer
+ *   unit of work is not committed when the service drops the entries, so a
+ *   read in between still sees the old rows. {@link TokenOwnerCache.suppress}
+ *   keeps the principal's reads from being stored until the notice for it
+ *   arrives (sent on the commit) or {@link SUPPRESS_MS} pass.
  *
  * Only usable tokens are kept; an unknown, revoked or expired token is read
  * from the database each time (the rate limit bounds how often). Entries
@@ -46,12 +51,17 @@ export interface CredentialFeed {
   setLive(live: boolean): void;
 }
 
+/** How long {@link TokenOwnerCache.suppress} holds a principal back at most, in milliseconds. */
+export const SUPPRESS_MS = 1_000;
+
 /** Options of {@link TokenOwnerCache}. */
 export interface TokenCacheOptions {
   /** How long an entry may be served after its read, in milliseconds; 0 turns the cache off. */
   readonly ttlMs: number;
   /** Most entries kept; the least recently used goes first. */
   readonly maxEntries: number;
+  /** A monotonic clock in milliseconds; `performance.now` by default (tests pass their own). */
+  readonly now?: () => number;
 }
 
 interface Entry {
@@ -65,6 +75,9 @@ export class TokenOwnerCache {
   readonly #ttlMs: number;
   readonly #max: number;
   readonly #entries = new Map<string, Entry>();
+  readonly #now: () => number;
+  /** Principals whose reads are not stored, until this monotonic time. */
+  readonly #suppressed = new Map<string, number>();
   #live = false;
   #epoch = 0;
 
@@ -79,6 +92,7 @@ export class TokenOwnerCache {
     }
     this.#ttlMs = options.ttlMs;
     this.#max = options.maxEntries;
+    this.#now = options.now ?? (() => performance.now());
   }
 
   /** How many entries are held. */
@@ -121,7 +135,7 @@ export class TokenOwnerCache {
     const epoch = this.#epoch;
     const owner = await load();
     // Any change heard, or the feed going down or up, moved the epoch on.
-    if (owner !== null && this.#epoch === epoch) {
+    if (owner !== null && this.#epoch === epoch && !this.#isSuppressed(owner.principalId)) {
       this.#entries.set(key, { owner, staleAt: at + this.#ttlMs });
       if (this.#entries.size > this.#max) {
         const oldest = this.#entries.keys().next();
@@ -134,12 +148,14 @@ export class TokenOwnerCache {
   /**
    * A notice arrived on the feed. A listener heartbeat (`hb:<instance>:<seq>`,
    * see platform/pg/listener.ts) names no principal and is ignored; any
-   * other payload is a principal's id, see {@link invalidatePrincipal}.
+   * other payload is a principal's id, see {@link invalidatePrincipal}; it
+   * also ends a {@link suppress} of that principal (its commit was heard).
    *
    * @param payload the notice's payload.
    */
   notice(payload: string): void {
     if (payload.startsWith('hb:')) return;
+    this.#suppressed.delete(payload);
     this.invalidatePrincipal(payload);
   }
 
@@ -155,6 +171,28 @@ export class TokenOwnerCache {
     for (const [key, entry] of this.#entries) {
       if (entry.owner.principalId === principalId) this.#entries.delete(key);
     }
+  }
+
+  /**
+   * A credential of a principal is changing in a transaction not committed
+   * yet (the service is inside an outer unit of work): drops its entries now
+   * and stores none of its reads until the notice for it arrives (the
+   * trigger sends it on the commit) or {@link SUPPRESS_MS} pass, so a read
+   * that sees the rows before the commit is not kept after it.
+   *
+   * @param principalId the principal whose credential changes.
+   */
+  suppress(principalId: Id | string): void {
+    this.#suppressed.set(principalId, this.#now() + SUPPRESS_MS);
+    this.invalidatePrincipal(principalId);
+  }
+
+  #isSuppressed(principalId: string): boolean {
+    const until = this.#suppressed.get(principalId);
+    if (until === undefined) return false;
+    if (this.#now() < until) return true;
+    this.#suppressed.delete(principalId);
+    return false;
   }
 
   /**
