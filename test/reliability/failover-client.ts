@@ -23,9 +23,11 @@
  *   that never comes back ends the process with intents pending instead of
  *   hanging the test.
  *
- * Every intent is stated once, in this process, before it is sent: the
- * process is never restarted on its outbox (a restart would state its
- * transfers again as new intents, with new keys).
+ * Every intent is stated once, before it is sent. A process started on an
+ * outbox that already holds intents (the test kills a client during a
+ * failover and starts it again) states nothing at first: it resumes,
+ * drains what the killed process left with the same keys, and numbers its
+ * later batches on from the intents already there (`resumed` line).
  *
  * Exits 0 once nothing is pending, 1 with a line on standard error otherwise.
  */
@@ -74,8 +76,8 @@ const stopFile = env('FAILOVER_CLIENT_STOP_FILE');
 const index = Number(env('FAILOVER_CLIENT_INDEX'));
 const deadline = Date.now() + Number(env('FAILOVER_CLIENT_DEADLINE_MS'));
 const outbox = Outbox.open(env('FAILOVER_CLIENT_OUTBOX'));
-/** How many transfers this process has stated so far: the next one's number. */
-let stated = 0;
+/** How many transfers this outbox holds: the next one's number. */
+let stated = outbox.list().length;
 
 /** States `count` more transfers, numbered on from those already stated. */
 function state(count: number): void {
@@ -101,7 +103,8 @@ function state(count: number): void {
 }
 
 try {
-  state(transfers);
+  if (stated === 0) state(transfers);
+  else line({ msg: 'resumed', intents: stated, pending: outbox.pendingCount() });
   const sender = new Sender({
     outbox,
     baseUrl: env('FAILOVER_CLIENT_BASE_URL'),

@@ -10,7 +10,10 @@
  * and retry each with the same key on a 5xx, a connection error, `409
  * request_in_progress` and `429`. Mid-stream the primary is stopped with
  * `pg_ctl stop -m immediate`, the standby is promoted, and the forwarder
- * switches to it; nothing is restarted.
+ * switches to it; no server process is restarted. While the primary is
+ * down one client process is SIGKILLed (another at each failover) and a new
+ * process is started on its outbox: it drains what the killed one left,
+ * with the same keys.
  *
  * The load lasts through every failover: a client that has drained its
  * outbox states more transfers until the test creates a stop file, once the
@@ -208,11 +211,16 @@ interface ClientProcess {
   readonly index: number;
   readonly api: number;
   readonly outbox: string;
-  readonly process: ServerProcess;
+  /** The running process: the last one started on the outbox. */
+  process: ServerProcess;
+  /** Processes killed earlier on the same outbox, their lines kept. */
+  readonly killed: ServerProcess[];
+  /** Starts a process on the outbox again. */
+  readonly restart: () => ServerProcess;
 }
 
 function linesOf(client: ClientProcess): ClientLine[] {
-  return client.process.lines as unknown as ClientLine[];
+  return [...client.killed, client.process].flatMap((p) => p.lines) as unknown as ClientLine[];
 }
 
 /** When each attempt (key and number) started, by the client's own line. */
@@ -342,11 +350,8 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
   for (let c = 0; c < CLIENTS; c += 1) {
     const outbox = path.join(folder, `client-${String(c)}.sqlite`);
     const api = c % 2;
-    clients.push({
-      index: c,
-      api,
-      outbox,
-      process: startScriptProcess('test/reliability/failover-client.ts', [], {
+    const start = () =>
+      startScriptProcess('test/reliability/failover-client.ts', [], {
         FAILOVER_CLIENT_OUTBOX: outbox,
         FAILOVER_CLIENT_BASE_URL: apis[api]?.base ?? '',
         FAILOVER_CLIENT_TOKEN: token,
@@ -355,8 +360,8 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
         FAILOVER_CLIENT_STOP_FILE: stopFile,
         FAILOVER_CLIENT_INDEX: String(c),
         FAILOVER_CLIENT_DEADLINE_MS: String(DRAIN_DEADLINE_MS),
-      }),
-    });
+      });
+    clients.push({ index: c, api, outbox, process: start(), killed: [], restart: start });
   }
   const settledSoFar = (): number =>
     clients.reduce((n, c) => n + linesOf(c).filter((l) => l.msg === 'settled').length, 0);
@@ -385,6 +390,15 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
     const stoppedAt = Date.now();
     await pair.stopPrimary();
     const downAt = Date.now();
+    // A client crashes with the database: SIGKILL while its requests fail,
+    // then a new process on the same outbox drains what it left.
+    const crashed = clients[(f - 1) % clients.length];
+    if (crashed !== undefined && crashed.process.child.exitCode === null) {
+      crashed.process.child.kill('SIGKILL');
+      await crashed.process.exited;
+      crashed.killed.push(crashed.process);
+      crashed.process = crashed.restart();
+    }
     await pair.promoteStandby();
     const promotedAt = Date.now();
     forwarder.switchTo(pair.primary().port);
@@ -430,6 +444,12 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
     exits,
     clients.map(() => 0),
     `every client process drained its outbox and exited 0: ${clients.map((c) => c.process.stderr()).join('')}`,
+  );
+  t.equal(
+    clients.filter((c) => c.killed.length > 0 && linesOf(c).some((l) => l.msg === 'resumed'))
+      .length,
+    Math.min(FAILOVERS, clients.length),
+    'a client killed during each failover was started again on its outbox and resumed it',
   );
   // A client that could not drain means the database stayed out of reach:
   // the checks below would wait on it. The outboxes still say what is left.
@@ -581,10 +601,7 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
     const jsonl = (lines: readonly unknown[]): string =>
       lines.map((l) => JSON.stringify(l)).join('\n');
     for (const c of clients) {
-      await fs.writeFile(
-        path.join(kept, `client-${String(c.index)}.jsonl`),
-        jsonl(c.process.lines),
-      );
+      await fs.writeFile(path.join(kept, `client-${String(c.index)}.jsonl`), jsonl(linesOf(c)));
     }
     for (const [n, p] of processes.entries()) {
       await fs.writeFile(path.join(kept, `server-${String(n)}.jsonl`), jsonl(p.lines));
