@@ -208,3 +208,46 @@ void t.test(
     t.equal(a.calls.n, 7, 'the notice for it (the commit heard) ends the wait');
   },
 );
+
+void t.test(
+  'a change of one principal does not keep another principal read from being stored',
+  async (t) => {
+    const cache = new TokenOwnerCache({ ttlMs: 60_000, maxEntries: 10 });
+    cache.setLive(true);
+    const releases: ((v: TokenOwner | null) => void)[] = [];
+    const slow = () =>
+      new Promise<TokenOwner | null>((r) => {
+        releases.push(r);
+      });
+    const forBob = cache.lookup(hash(2), at(0), slow);
+    const forAlice = cache.lookup(hash(1), at(0), slow);
+    cache.invalidatePrincipal(alice);
+    releases[0]?.(owner(bob));
+    releases[1]?.(owner(alice));
+    await Promise.all([forBob, forAlice]);
+    t.equal(cache.size, 1, 'only the read of the principal that changed is left out');
+    const b = loader({ value: owner(bob) });
+    await cache.lookup(hash(2), at(1), b.load);
+    t.equal(b.calls.n, 0, 'bob is served from the cache');
+  },
+);
+
+void t.test('a notice drops exactly the entries its principal still has', async (t) => {
+  const cache = new TokenOwnerCache({ ttlMs: 1_000, maxEntries: 3 });
+  cache.setLive(true);
+  const a = loader({ value: owner(alice) });
+  const b = loader({ value: owner(bob) });
+  await cache.lookup(hash(1), at(0), a.load);
+  await cache.lookup(hash(2), at(0), a.load);
+  await cache.lookup(hash(3), at(0), b.load);
+  await cache.lookup(hash(4), at(0), b.load); // evicts hash(1)
+  t.equal(cache.size, 3);
+  cache.invalidatePrincipal(alice);
+  t.equal(cache.size, 2, 'the evicted entry is not counted twice');
+  await cache.lookup(hash(2), at(1), a.load);
+  t.equal(a.calls.n, 3, 'alice read again');
+  cache.invalidatePrincipal(bob);
+  t.equal(cache.size, 1, 'bob entries gone, alice new one kept');
+  cache.invalidatePrincipal(alice);
+  t.equal(cache.size, 0);
+});

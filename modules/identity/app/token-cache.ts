@@ -12,7 +12,10 @@
  *   token's own expiry;
  * - only if no change was heard between the start of its read and the
  *   store: a read that saw a token before its revocation committed, and
- *   returns after the notice, is not kept (an epoch counts the changes);
+ *   returns after the notice, is not kept. A counter moves on with every
+ *   change; each principal remembers the count of its last change, and the
+ *   feed going up or down that of the last reset, so a notice for one
+ *   principal does not keep another's reads from being stored;
  * - only if its principal is not held back: a change made inside an outer
  *   unit of work is not committed when the service drops the entries, so a
  *   read in between still sees the old rows. {@link TokenOwnerCache.suppress}
@@ -21,7 +24,8 @@
  *
  * Only usable tokens are kept; an unknown, revoked or expired token is read
  * from the database each time (the rate limit bounds how often). Entries
- * are keyed by the token's hash, never the token itself.
+ * are keyed by the token's hash, never the token itself; an index from
+ * each principal to its keys lets a notice drop them without a scan.
  */
 import type { Id } from '../../../kernel/ids/index.js';
 import type { TokenOwner } from './ports.js';
@@ -78,8 +82,17 @@ export class TokenOwnerCache {
   readonly #now: () => number;
   /** Principals whose reads are not stored, until this monotonic time. */
   readonly #suppressed = new Map<string, number>();
+  /** The keys of each principal's entries. */
+  readonly #byPrincipal = new Map<string, Set<string>>();
+  /** The count of the last change of each principal, kept while a read is out. */
+  readonly #changedAt = new Map<string, number>();
   #live = false;
-  #epoch = 0;
+  /** Moves on with every change heard and every reset. */
+  #counter = 0;
+  /** The count of the last reset: no read that began before it is stored. */
+  #resetAt = 0;
+  /** Reads under way; when none is, the per-principal counts are forgotten. */
+  #reading = 0;
 
   /**
    * @param options TTL and size.
@@ -131,18 +144,57 @@ export class TokenOwnerCache {
         this.#entries.set(key, hit);
         return hit.owner;
       }
+      this.#unindex(key, hit.owner.principalId);
     }
-    const epoch = this.#epoch;
-    const owner = await load();
-    // Any change heard, or the feed going down or up, moved the epoch on.
-    if (owner !== null && this.#epoch === epoch && !this.#isSuppressed(owner.principalId)) {
-      this.#entries.set(key, { owner, staleAt: at + this.#ttlMs });
-      if (this.#entries.size > this.#max) {
-        const oldest = this.#entries.keys().next();
-        if (oldest.done !== true) this.#entries.delete(oldest.value);
+    const start = this.#counter;
+    this.#reading += 1;
+    let owner: TokenOwner | null;
+    try {
+      owner = await load();
+    } finally {
+      this.#reading -= 1;
+    }
+    if (owner !== null && this.#mayStore(owner.principalId, start)) {
+      this.#put(key, { owner, staleAt: at + this.#ttlMs });
+    }
+    if (this.#reading === 0) this.#changedAt.clear();
+    return owner;
+  }
+
+  /** No change of the principal, nor reset, since `start`, and the principal is not held back. */
+  #mayStore(principalId: string, start: number): boolean {
+    if (!this.serving || this.#resetAt > start) return false;
+    if ((this.#changedAt.get(principalId) ?? 0) > start) return false;
+    return !this.#isSuppressed(principalId);
+  }
+
+  #put(key: string, entry: Entry): void {
+    const old = this.#entries.get(key);
+    if (old !== undefined) this.#unindex(key, old.owner.principalId);
+    this.#entries.delete(key);
+    this.#entries.set(key, entry);
+    const id = entry.owner.principalId;
+    let keys = this.#byPrincipal.get(id);
+    if (keys === undefined) {
+      keys = new Set();
+      this.#byPrincipal.set(id, keys);
+    }
+    keys.add(key);
+    if (this.#entries.size > this.#max) {
+      const oldest = this.#entries.entries().next();
+      if (oldest.done !== true) {
+        const [oldKey, oldEntry] = oldest.value;
+        this.#entries.delete(oldKey);
+        this.#unindex(oldKey, oldEntry.owner.principalId);
       }
     }
-    return owner;
+  }
+
+  #unindex(key: string, principalId: string): void {
+    const keys = this.#byPrincipal.get(principalId);
+    if (keys === undefined) return;
+    keys.delete(key);
+    if (keys.size === 0) this.#byPrincipal.delete(principalId);
   }
 
   /**
@@ -167,10 +219,21 @@ export class TokenOwnerCache {
    * @param principalId the principal the change notice named.
    */
   invalidatePrincipal(principalId: Id | string): void {
-    this.#epoch += 1;
-    for (const [key, entry] of this.#entries) {
-      if (entry.owner.principalId === principalId) this.#entries.delete(key);
+    this.#counter += 1;
+    if (this.#reading > 0) {
+      // Bounded: past the cache's size, forget them all and refuse every
+      // read under way instead (a reset), which is never wrong.
+      if (this.#changedAt.size >= this.#max) {
+        this.#changedAt.clear();
+        this.#resetAt = this.#counter;
+      } else {
+        this.#changedAt.set(principalId, this.#counter);
+      }
     }
+    const keys = this.#byPrincipal.get(principalId);
+    if (keys === undefined) return;
+    this.#byPrincipal.delete(principalId);
+    for (const key of keys) this.#entries.delete(key);
   }
 
   /**
@@ -203,7 +266,10 @@ export class TokenOwnerCache {
    */
   setLive(live: boolean): void {
     this.#live = live;
-    this.#epoch += 1;
+    this.#counter += 1;
+    this.#resetAt = this.#counter;
+    this.#changedAt.clear();
     this.#entries.clear();
+    this.#byPrincipal.clear();
   }
 }
