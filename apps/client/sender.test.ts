@@ -608,12 +608,15 @@ void t.test('a clock stepped back does not make an old key look young (finding 5
 void t.test('the server Date of an answer is a time the key has reached (finding 5)', async (t) => {
   const s = await setup(t);
   const { intent } = s.outbox.enqueue(transfer(1));
-  const later = new Date(START + 23.5 * 3_600_000).toUTCString();
+  // The clock says 22.5 hours have passed; the server, 45 minutes later
+  // (within the margin: a Date further ahead is not believed, M4), says 23.25.
+  s.clock.now = START + 22.5 * 3_600_000;
+  const later = new Date(START + 23.25 * 3_600_000).toUTCString();
   s.script.push(json(503, { code: 'service_unavailable' }, { date: later }), json(201, {}));
   await s.sender.drain();
-  t.equal(s.seen.length, 1, 'not sent again once the server said 23.5 hours have passed');
+  t.equal(s.seen.length, 1, 'not sent again once the server said 23.25 hours have passed');
   t.match(s.outbox.get(intent.key), { state: 'failed', failure: 'expired', attempts: 1 });
-  t.equal(s.outbox.highWater(), START + 23.5 * 3_600_000);
+  t.equal(s.outbox.highWater(), START + 23.25 * 3_600_000);
 });
 
 void t.test(
@@ -655,5 +658,34 @@ void t.test(
     await later.drain();
     t.equal(s.seen.length, 1, 'no second POST');
     t.match(s.outbox.get(intent.key), { state: 'failed', failure: 'expired', attempts: 1 });
+  },
+);
+
+void t.test(
+  'a server Date far in the future is ignored, the mark stays bounded (M4)',
+  async (t) => {
+    const s = await setup(t, (res, seen) => {
+      json(200, { id: 'p1' }, { date: 'Fri, 31 Dec 9999 23:59:59 GMT' })(res, seen);
+    });
+    const { intent } = s.outbox.enqueue(transfer(1));
+    s.script.push(json(201, { id: 't' }, { 'idempotent-replay': 'false' }));
+    await s.sender.drain();
+    t.equal(s.seen.length, 1, 'sent');
+    t.match(s.outbox.get(intent.key), { state: 'done', answer: { status: 201 } });
+    t.ok(
+      s.outbox.highWater() <= s.clock.now + 3_600_000,
+      `the mark is at most the local time plus the margin: ${String(s.outbox.highWater())}`,
+    );
+    const next = s.outbox.enqueue(transfer(2)).intent;
+    s.script.push(
+      json(
+        201,
+        { id: 'u' },
+        { 'idempotent-replay': 'false', date: 'Fri, 31 Dec 9999 23:59:59 GMT' },
+      ),
+    );
+    await s.sender.drain();
+    t.match(s.outbox.get(next.key), { state: 'done' }, 'a new intent is sent');
+    t.ok(s.outbox.highWater() <= s.clock.now + 3_600_000, 'nor does a POST answer raise it');
   },
 );

@@ -364,9 +364,15 @@ export class Sender {
     this.options.onEvent?.(event);
   }
 
-  /** Takes in a server's `Date`: the high-water mark and the server's clock. */
+  /**
+   * Takes in a server's `Date`: the high-water mark and the server's clock.
+   * A `Date` more than the TTL margin ahead of the local clock is ignored
+   * (M4): one absurd date (a gateway's year 9999) would otherwise raise the
+   * mark for good and expire every intent, new ones too.
+   */
   private observeServer(serverTime: number | undefined): void {
     if (serverTime === undefined) return;
+    if (serverTime > this.clock() + this.options.ttlMarginMs) return;
     this.options.outbox.observeTime(serverTime);
     this.serverClock = { at: serverTime, mono: this.monotonic() };
   }
