@@ -236,3 +236,168 @@ void t.test('a heartbeat that cannot be sent counts as not heard', async (t) => 
   await until('live again', () => listener.listening, 1_000);
   t.same(states, [true, false, true]);
 });
+
+/** A server that accepts connections and then never answers, or closes them at once. */
+async function badServer(t: Tap.Test, behaviour: 'silent' | 'closes'): Promise<string> {
+  const sockets: net.Socket[] = [];
+  const server = net.createServer((socket) => {
+    if (behaviour === 'closes') socket.destroy();
+    else sockets.push(socket);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(
+    () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => {
+          resolve();
+        });
+      }),
+  );
+  return `postgres://u:p@127.0.0.1:${String((server.address() as net.AddressInfo).port)}/d`;
+}
+
+void t.test(
+  'a server that never answers: start returns within its bound, and close at once',
+  async (t) => {
+    const url = await badServer(t, 'silent');
+    const errors: unknown[] = [];
+    const listener = new PgListener(url, {
+      channel: 'test_channel',
+      applicationName: 'listener-silent',
+      onNotify: () => undefined,
+      onState: () => undefined,
+      onError: (err) => errors.push(err),
+    });
+    const started = performance.now();
+    await listener.start();
+    const startMs = performance.now() - started;
+    t.ok(startMs < 2_500, `start returned after ${startMs.toFixed(0)} ms`);
+    t.equal(listener.listening, false);
+    await listener.close();
+
+    const other = new PgListener(url, {
+      channel: 'test_channel',
+      applicationName: 'listener-silent',
+      onNotify: () => undefined,
+      onState: () => undefined,
+      onError: () => undefined,
+    });
+    const starting = other.start();
+    await new Promise((r) => setTimeout(r, 200));
+    const closing = performance.now();
+    await other.close();
+    const closeMs = performance.now() - closing;
+    t.ok(closeMs < 1_500, `close during an attempt returned after ${closeMs.toFixed(0)} ms`);
+    await starting;
+  },
+);
+
+void t.test('a server that never answers: the attempt times out after 5 s', async (t) => {
+  const url = await badServer(t, 'silent');
+  const errors: { err: unknown; ms: number }[] = [];
+  const began = performance.now();
+  const listener = new PgListener(url, {
+    channel: 'test_channel',
+    applicationName: 'listener-timeout',
+    onNotify: () => undefined,
+    onState: () => undefined,
+    onError: (err) => errors.push({ err, ms: performance.now() - began }),
+  });
+  t.teardown(() => listener.close());
+  await listener.start();
+  await until('the connect timeout', () => errors.length >= 1, 8_000);
+  const first = errors[0]!;
+  t.match(String(first.err), /CONNECT_TIMEOUT|timeout/i);
+  t.ok(first.ms >= 4_500 && first.ms < 7_000, `timed out after ${first.ms.toFixed(0)} ms`);
+});
+
+void t.test('a server that closes every connection: start returns within its bound', async (t) => {
+  const url = await badServer(t, 'closes');
+  const listener = new PgListener(url, {
+    channel: 'test_channel',
+    applicationName: 'listener-closes',
+    onNotify: () => undefined,
+    onState: () => undefined,
+    onError: () => undefined,
+    maxRetryMs: 20,
+  });
+  t.teardown(() => listener.close());
+  const started = performance.now();
+  await listener.start();
+  const startMs = performance.now() - started;
+  t.ok(startMs < 2_500, `start returned after ${startMs.toFixed(0)} ms`);
+  t.equal(listener.listening, false);
+});
+
+void t.test('a session killed right after each LISTEN backs off instead of looping', async (t) => {
+  const tdb = await testDatabase(t);
+  const admin = createSql(tdb.adminUrl, { max: 1, applicationName: 'listener-test-admin' });
+  t.teardown(() => admin.end());
+  const changes: { live: boolean; at: number }[] = [];
+  const kill = () =>
+    admin`select pg_terminate_backend(pid) from pg_stat_activity
+           where application_name = 'listener-flapping'`.catch(() => undefined);
+  const listener = new PgListener(tdb.appUrl, {
+    channel: 'test_channel',
+    applicationName: 'listener-flapping',
+    onNotify: () => undefined,
+    onState: (live) => {
+      changes.push({ live, at: performance.now() });
+      if (live && changes.filter((c) => c.live).length <= 5) void kill();
+    },
+    maxRetryMs: 400,
+  });
+  t.teardown(() => listener.close());
+  await listener.start();
+  await until('six sessions', () => changes.filter((c) => c.live).length >= 6, 10_000);
+  const gaps: number[] = [];
+  for (let i = 1; i < changes.length; i += 1) {
+    const prev = changes[i - 1]!;
+    const cur = changes[i]!;
+    if (!prev.live && cur.live) gaps.push(cur.at - prev.at);
+  }
+  t.comment(`waits before listening again: ${gaps.map((g) => g.toFixed(0)).join(', ')} ms`);
+  t.ok(
+    gaps.slice(3).every((g) => g >= 180),
+    'from the fourth loss on, it waits at least half the longest wait',
+  );
+});
+
+void t.test('callbacks that throw', async (t) => {
+  const tdb = await testDatabase(t);
+  const rejections: unknown[] = [];
+  const onRejection = (err: unknown) => rejections.push(err);
+  process.on('unhandledRejection', onRejection);
+  t.teardown(() => {
+    process.off('unhandledRejection', onRejection);
+  });
+  const states: boolean[] = [];
+  const payloads: string[] = [];
+  const listener = new PgListener(tdb.appUrl, {
+    channel: 'test_channel',
+    applicationName: 'listener-throws',
+    onNotify: (p) => {
+      payloads.push(p);
+      if (p === 'bad') throw new Error('onNotify failed');
+    },
+    onState: (s) => {
+      states.push(s);
+      throw new Error('onState failed');
+    },
+    onError: () => {
+      throw new Error('onError failed');
+    },
+  });
+  t.teardown(() => listener.close());
+  await listener.start();
+  t.equal(listener.listening, true, 'a throwing onState does not stop it');
+  await tdb.owner`select pg_notify('test_channel', 'bad')`;
+  await until('not live after onNotify threw', () => states.includes(false));
+  await until('live again', () => listener.listening);
+  t.same(states, [true, false, true], 'a notice not handled marks the feed not live for a while');
+  await tdb.owner`select pg_notify('test_channel', 'good')`;
+  await until('the next notice', () => payloads.length === 2);
+  await new Promise((r) => setTimeout(r, 50));
+  t.same(rejections, [], 'no unhandled rejection');
+});

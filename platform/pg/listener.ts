@@ -37,6 +37,8 @@ export interface PgListenerOptions {
   readonly onError?: (err: unknown) => void;
   /** Longest wait between attempts to listen again, in milliseconds; default 2000. */
   readonly maxRetryMs?: number;
+  /** Longest {@link PgListener.start} waits, in milliseconds; default 2000. */
+  readonly startTimeoutMs?: number;
   /**
    * Proves the session still hears (see the module comment); without it the
    * listener is live whenever LISTEN is in effect.
@@ -63,6 +65,16 @@ export interface PgListenerHeartbeat {
 const HEARTBEAT = /^hb:([^:]*):(\d+)$/;
 
 const CHANNEL = /^[a-z_][a-z0-9_]{0,62}$/;
+/** Seconds a connection attempt of the listener (or its heartbeat) may take. */
+const CONNECT_TIMEOUT_S = 5;
+/**
+ * How long a session must have stayed up, in milliseconds, for its loss to
+ * start the backoff afresh: a session killed right after LISTEN counts as a
+ * failure, so it is not opened again in a tight loop.
+ */
+const STABLE_MS = 30_000;
+/** After a notice the consumer failed to take (onNotify threw), not live for this long without a heartbeat. */
+const UNHEARD_MS = 100;
 
 /** One connection listening on one channel, reconnecting until closed. */
 export class PgListener {
@@ -84,8 +96,13 @@ export class PgListener {
   #sentSeq = 0;
   /** The highest seq that failed: not sent, or not heard in time. */
   #failedSeq = 0;
-  /** Whether the latest heartbeat was heard (always true without a heartbeat). */
+  /** Whether the latest heartbeat was heard, and every notice taken by the consumer. */
   #heard = true;
+  /** When LISTEN last took effect (performance.now). */
+  #upAt = 0;
+  #unheardTimer: NodeJS.Timeout | undefined;
+  /** Callers of start() waiting for the first time live. */
+  readonly #liveWaiters: (() => void)[] = [];
 
   /**
    * Prepares the listener; nothing connects before {@link start}.
@@ -109,7 +126,13 @@ export class PgListener {
           if (beat[1] === this.#instance) this.#heardBeat(Number(beat[2]));
           return;
         }
-        options.onNotify(payload);
+        try {
+          options.onNotify(payload);
+        } catch (err) {
+          // The consumer missed a change: not live until a fresh proof.
+          this.#report(err);
+          this.#unheard();
+        }
       },
       onclose: () => {
         this.#lost();
@@ -121,6 +144,7 @@ export class PgListener {
       idle_timeout: 0,
       max_lifetime: 0,
       fetch_types: false,
+      connect_timeout: CONNECT_TIMEOUT_S,
       backoff: reconnectBackoff,
       onnotice: () => undefined,
       connection: { application_name: options.applicationName },
@@ -135,6 +159,7 @@ export class PgListener {
           idle_timeout: 0,
           max_lifetime: 0,
           fetch_types: false,
+          connect_timeout: CONNECT_TIMEOUT_S,
           backoff: reconnectBackoff,
           onnotice: () => undefined,
           connection: {
@@ -155,24 +180,70 @@ export class PgListener {
   }
 
   /**
-   * Starts listening. Resolves once the first attempt has ended, whether it
-   * succeeded or not: a database that is down does not stop the caller,
-   * and the listener keeps trying.
+   * Starts listening. Resolves once it is live (with a heartbeat: once the
+   * first is heard), once the first attempt has failed, or after
+   * `startTimeoutMs` at the latest: a database that is down, or accepts
+   * and drops connections, does not hold the caller, and the listener
+   * keeps trying.
    *
-   * @returns when the first attempt is over.
+   * @returns when it is live, the first attempt failed, or the bound passed.
    */
-  start(): Promise<void> {
-    return this.#listen();
+  async start(): Promise<void> {
+    let bound: NodeJS.Timeout | undefined;
+    const first = this.#listen().then(() =>
+      this.#session && !this.#listening
+        ? new Promise<void>((resolve) => this.#liveWaiters.push(resolve))
+        : undefined,
+    );
+    try {
+      await Promise.race([
+        first,
+        new Promise<void>((resolve) => {
+          bound = setTimeout(resolve, this.#options.startTimeoutMs ?? 2_000);
+        }),
+      ]);
+    } finally {
+      clearTimeout(bound);
+    }
   }
 
-  /** Stops listening and closes the session. Closing twice does nothing. */
+  /**
+   * Stops listening and closes the session: the connections are ended
+   * first, so an attempt under way (a connection being opened) ends with
+   * them instead of running into its timeout. Closing twice does nothing.
+   */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     clearTimeout(this.#retry);
+    clearTimeout(this.#unheardTimer);
     this.#down();
-    await this.#attempt;
+    for (const resolve of this.#liveWaiters.splice(0)) resolve();
     await Promise.all([this.#sql.end({ timeout: 1 }), this.#beatSql?.end({ timeout: 1 })]);
+    await this.#attempt;
+  }
+
+  /** Tells onError, which must not throw back into the listener. */
+  #report(err: unknown): void {
+    try {
+      this.#options.onError?.(err);
+    } catch {
+      // A failing error callback has nobody left to tell.
+    }
+  }
+
+  /** onNotify threw: not live until a heartbeat sent after now is heard (or a short while without one). */
+  #unheard(): void {
+    this.#heard = false;
+    this.#failedSeq = this.#sentSeq;
+    this.#update();
+    if (this.#beat !== undefined || this.#closed) return;
+    clearTimeout(this.#unheardTimer);
+    this.#unheardTimer = setTimeout(() => {
+      this.#heard = true;
+      this.#update();
+    }, UNHEARD_MS);
+    this.#unheardTimer.unref();
   }
 
   /** Reports the state: live when LISTEN is in effect and the latest heartbeat was heard. */
@@ -180,14 +251,20 @@ export class PgListener {
     const listening = this.#session && this.#heard && !this.#closed;
     if (this.#listening === listening) return;
     this.#listening = listening;
-    this.#options.onState(listening);
+    if (listening) for (const resolve of this.#liveWaiters.splice(0)) resolve();
+    try {
+      this.#options.onState(listening);
+    } catch (err) {
+      this.#report(err);
+    }
   }
 
   /** LISTEN took effect: live at once without a heartbeat, else once the first is heard. */
   #up(): void {
     this.#session = true;
+    this.#upAt = performance.now();
+    this.#heard = this.#beat === undefined;
     if (this.#beat !== undefined) {
-      this.#heard = false;
       this.#sendBeat();
       this.#beatTimer = setInterval(() => {
         this.#sendBeat();
@@ -245,6 +322,10 @@ export class PgListener {
   }
 
   #lost(): void {
+    if (this.#session) {
+      if (performance.now() - this.#upAt >= STABLE_MS) this.#failures = 0;
+      else this.#failures += 1;
+    }
     this.#down();
     this.#schedule();
   }
@@ -265,12 +346,11 @@ export class PgListener {
     this.#attempt ??= (async () => {
       try {
         await this.#sql.unsafe(`listen ${this.#options.channel}`);
-        this.#failures = 0;
         if (!this.#closed) this.#up();
       } catch (err) {
         this.#failures += 1;
         this.#down();
-        if (!this.#closed) this.#options.onError?.(err);
+        if (!this.#closed) this.#report(err);
       } finally {
         this.#attempt = undefined;
       }
