@@ -183,21 +183,6 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       maxEntries: config.identity.token_cache_size,
     },
   });
-  // The token cache serves only while this listener hears every credential
-  // change; without a TTL there is no cache and no listener.
-  const credentials =
-    config.identity.token_cache_ttl === 0
-      ? undefined
-      : await startCredentialListener(deps.appUrl, identity.credentialFeed, {
-          applicationName: `${config.app.name}-credentials`,
-          onLost: () => {
-            if (!closed)
-              deps.logger.warn('token cache off: the credential listener lost its session');
-          },
-          onError: (err) => {
-            deps.logger.warn({ err }, 'token cache: listening for credential changes failed');
-          },
-        });
   const sync = createSyncModule({
     db,
     clock,
@@ -266,6 +251,22 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   await http.ready();
   let worker: WorkerHandle | undefined;
   let listening: Promise<MetricsListener | undefined> | undefined;
+  // The token cache serves only while this listener hears every credential
+  // change; without a TTL there is no cache and no listener. Started last,
+  // once nothing else can fail, so a failed build leaves no listener behind.
+  const credentials =
+    config.identity.token_cache_ttl === 0
+      ? undefined
+      : await startCredentialListener(deps.appUrl, identity.credentialFeed, {
+          applicationName: `${config.app.name}-credentials`,
+          onLost: () => {
+            if (!closed)
+              deps.logger.warn('token cache off: the credential listener lost its session');
+          },
+          onError: (err) => {
+            deps.logger.warn({ err }, 'token cache: listening for credential changes failed');
+          },
+        });
   return {
     http,
     sql,

@@ -17,6 +17,9 @@ import { newId } from '../../kernel/ids/index.js';
 import type { Id } from '../../kernel/ids/index.js';
 import { systemClock } from '../../kernel/clock/index.js';
 import { createIdentityModule, createPrincipalWithToken } from '../../modules/identity/index.js';
+import { buildApp } from '../../apps/server/app.js';
+import { loadConfig } from '../../platform/config/index.js';
+import { createLogger } from '../../platform/log/index.js';
 import { createSql } from '../../platform/pg/client.js';
 import { PgDatabase, PgUnitOfWork } from '../../platform/pg/uow.js';
 import { testDatabase } from '../harness/db.js';
@@ -186,5 +189,31 @@ void t.test(
       backTimes.every((ms) => ms < WITHIN_MS),
       `after the feed is back, a change reaches both within ${String(WITHIN_MS)} ms: ${backTimes.map((ms) => ms.toFixed(0)).join(', ')} ms`,
     );
+  },
+);
+
+void t.test(
+  'a server that fails to build does not leave its credential listener behind',
+  async (t) => {
+    const db = await testDatabase(t);
+    const name = 'revocation-build-fails';
+    const config = loadConfig({
+      env: { DATABASE__URL: db.appUrl, APP__NAME: name, IDENTITY__TOKEN_CACHE_TTL: '5s' },
+    });
+    await t.rejects(
+      buildApp({
+        config,
+        appUrl: db.appUrl,
+        logger: createLogger({ appName: name, level: 'silent' }),
+        extraModules: () => {
+          throw new Error('a module failed to build');
+        },
+      }),
+      /a module failed to build/,
+    );
+    const left = await db.owner<{ n: number }[]>`
+    select count(*)::int as n from pg_stat_activity
+     where application_name like ${`${name}-credentials%`}`;
+    t.equal(left[0]?.n, 0, 'the listener and its heartbeat sessions are closed');
   },
 );

@@ -55,12 +55,15 @@ void t.test('nothing is served until the feed is live, nor while it is down', as
 });
 
 void t.test('an entry is served for the TTL and never past the token expiry', async (t) => {
-  const cache = new TokenOwnerCache({ ttlMs: 1_000, maxEntries: 10 });
+  let mono = 0;
+  const cache = new TokenOwnerCache({ ttlMs: 1_000, maxEntries: 10, now: () => mono });
   cache.setLive(true);
   const l = loader({ value: owner(alice) });
   await cache.lookup(hash(1), at(0), l.load);
+  mono = 999;
   await cache.lookup(hash(1), at(999), l.load);
   t.equal(l.calls.n, 1, 'within the TTL');
+  mono = 1_000;
   await cache.lookup(hash(1), at(1_000), l.load);
   t.equal(l.calls.n, 2, 'at the TTL it is read again');
 
@@ -250,4 +253,41 @@ void t.test('a notice drops exactly the entries its principal still has', async 
   t.equal(cache.size, 1, 'bob entries gone, alice new one kept');
   cache.invalidatePrincipal(alice);
   t.equal(cache.size, 0);
+});
+
+void t.test(
+  'the TTL runs on a monotonic clock; the token expiry on the kernel clock',
+  async (t) => {
+    let mono = 0;
+    const cache = new TokenOwnerCache({ ttlMs: 1_000, maxEntries: 10, now: () => mono });
+    cache.setLive(true);
+    const l = loader({ value: owner(alice, at(10_000)) });
+    await cache.lookup(hash(1), at(0), l.load);
+    // The kernel clock jumps back an hour: the entry is not served longer.
+    mono = 1_000;
+    await cache.lookup(hash(1), at(-3_600_000), l.load);
+    t.equal(l.calls.n, 2, 'at the TTL on the monotonic clock it is read again');
+    // The kernel clock jumps forward past the expiry: refused at once.
+    mono = 1_001;
+    await cache.lookup(hash(1), at(9_999), l.load);
+    t.equal(l.calls.n, 2, 'served before the expiry');
+    const { load } = loader({ value: null });
+    t.equal(await cache.lookup(hash(1), at(10_000), load), null, 'at the expiry it is read again');
+  },
+);
+
+void t.test('each lookup gets a fresh expiry Date of its own', async (t) => {
+  const cache = new TokenOwnerCache({ ttlMs: 60_000, maxEntries: 10 });
+  cache.setLive(true);
+  const l = loader({ value: owner(alice, at(10_000)) });
+  const first = await cache.lookup(hash(1), at(0), l.load);
+  first?.expiresAt?.setTime(at(99_999).getTime());
+  const second = await cache.lookup(hash(1), at(1), l.load);
+  t.equal(l.calls.n, 1, 'served from the cache');
+  t.equal(
+    second?.expiresAt?.getTime(),
+    at(10_000).getTime(),
+    'a caller changing its Date changes no other',
+  );
+  t.not(second?.expiresAt, first?.expiresAt);
 });

@@ -8,8 +8,9 @@
  *   it is down every lookup goes to the database, and when it comes back
  *   every entry is dropped, since changes made meanwhile were not heard;
  * - for at most the TTL since the entry was read (a bound on staleness
- *   should the feed fail without the session noticing), and never past the
- *   token's own expiry;
+ *   should the feed fail without the session noticing), measured on a
+ *   monotonic clock, and never past the token's own expiry, judged on the
+ *   kernel clock as the database judges it;
  * - only if no change was heard between the start of its read and the
  *   store: a read that saw a token before its revocation committed, and
  *   returns after the notice, is not kept. A counter moves on with every
@@ -69,8 +70,12 @@ export interface TokenCacheOptions {
 }
 
 interface Entry {
-  readonly owner: TokenOwner;
-  /** Served while the kernel clock is before this, in milliseconds. */
+  readonly tokenId: TokenOwner['tokenId'];
+  readonly principalId: TokenOwner['principalId'];
+  readonly principalKind: TokenOwner['principalKind'];
+  /** The token's expiry on the kernel clock, in milliseconds; null when it does not expire. */
+  readonly expiresAtMs: number | null;
+  /** Served while the monotonic clock is before this, in milliseconds. */
   readonly staleAt: number;
 }
 
@@ -135,16 +140,24 @@ export class TokenOwnerCache {
   ): Promise<TokenOwner | null> {
     if (!this.serving) return load();
     const key = sha256.toString('base64');
-    const at = now.getTime();
+    const readAt = this.#now();
     const hit = this.#entries.get(key);
     if (hit !== undefined) {
       this.#entries.delete(key);
-      const expires = hit.owner.expiresAt?.getTime() ?? Infinity;
-      if (at < hit.staleAt && at < expires) {
+      // The TTL on the monotonic clock (a kernel clock set back must not
+      // stretch it), the token's expiry on the kernel clock, as the database
+      // judges it.
+      if (readAt < hit.staleAt && now.getTime() < (hit.expiresAtMs ?? Infinity)) {
         this.#entries.set(key, hit);
-        return hit.owner;
+        return {
+          tokenId: hit.tokenId,
+          principalId: hit.principalId,
+          principalKind: hit.principalKind,
+          // A Date of its own for each caller: one changing it changes no other.
+          expiresAt: hit.expiresAtMs === null ? null : new Date(hit.expiresAtMs),
+        };
       }
-      this.#unindex(key, hit.owner.principalId);
+      this.#unindex(key, hit.principalId);
     }
     const start = this.#counter;
     this.#reading += 1;
@@ -155,7 +168,13 @@ export class TokenOwnerCache {
       this.#reading -= 1;
     }
     if (owner !== null && this.#mayStore(owner.principalId, start)) {
-      this.#put(key, { owner, staleAt: at + this.#ttlMs });
+      this.#put(key, {
+        tokenId: owner.tokenId,
+        principalId: owner.principalId,
+        principalKind: owner.principalKind,
+        expiresAtMs: owner.expiresAt === null ? null : owner.expiresAt.getTime(),
+        staleAt: readAt + this.#ttlMs,
+      });
     }
     if (this.#reading === 0) this.#changedAt.clear();
     return owner;
@@ -170,10 +189,10 @@ export class TokenOwnerCache {
 
   #put(key: string, entry: Entry): void {
     const old = this.#entries.get(key);
-    if (old !== undefined) this.#unindex(key, old.owner.principalId);
+    if (old !== undefined) this.#unindex(key, old.principalId);
     this.#entries.delete(key);
     this.#entries.set(key, entry);
-    const id = entry.owner.principalId;
+    const id = entry.principalId;
     let keys = this.#byPrincipal.get(id);
     if (keys === undefined) {
       keys = new Set();
@@ -185,7 +204,7 @@ export class TokenOwnerCache {
       if (oldest.done !== true) {
         const [oldKey, oldEntry] = oldest.value;
         this.#entries.delete(oldKey);
-        this.#unindex(oldKey, oldEntry.owner.principalId);
+        this.#unindex(oldKey, oldEntry.principalId);
       }
     }
   }
