@@ -181,7 +181,7 @@ export function outcome(intent: Intent): string {
     return `${String(a.status)}${code}: the key was used for another request, a bug of the caller; not sent again, and no new key is made`;
   }
   if (intent.failure === 'outcome_unknown') {
-    return `outcome unknown: ${String(a.status)}${code}${detail} without Idempotent-Replay, so not the key's stored answer (a gateway's, or a refusal before the key was looked up); an earlier attempt may have taken effect: ${checkAdvice(intent)} before stating it again as a new intent; not sent again`;
+    return `outcome unknown: ${String(a.status)}${code}${detail} without Idempotent-Replay, so not the key's stored answer (a gateway's, or a refusal before the key was looked up), and the repeat got no marked answer either; an attempt may have taken effect: ${checkAdvice(intent)} before stating it again as a new intent; not sent again`;
   }
   if (intent.failure === 'unexpected_answer') {
     return `${String(a.status)}${code}${detail}: an answer the API does not give to this request; not sent again`;
@@ -229,8 +229,14 @@ export function resultLine(intent: Intent, fromOutbox: boolean): string {
   }
   if (intent.state === 'failed') return `${prefix}: FAILED: ${outcome(intent)}`;
   if (a !== null && a.status >= 200 && a.status < 300) {
-    const body = parseOr(a.body) as Record<string, unknown>;
+    const parsed = parseOr(a.body);
     const replay = a.replayed ? ' (a replay of the stored answer)' : '';
+    // Checked before it is read: the answer is recorded already, and a body
+    // that is null, not JSON or not an object must not throw now (M3).
+    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+      return `${prefix}: ${String(a.status)}, its body not the JSON object this API answers (${JSON.stringify(a.body.slice(0, 200))})${replay}${again}`;
+    }
+    const body = parsed as Record<string, unknown>;
     if (intent.operation === 'createAccount') {
       return `account ${String(body['id'])} "${String(body['name'])}" opened with balance ${String(body['balance'])}${replay}${again}`;
     }

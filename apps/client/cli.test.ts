@@ -469,7 +469,7 @@ void t.test('outbox list names an attempt cut off before its answer (finding 6)'
 });
 
 void t.test(
-  'an unmarked refusal after a lost attempt is reported as an unknown outcome (finding 3)',
+  'unmarked refusals after a lost attempt are reported as an unknown outcome (finding 3)',
   async (t) => {
     let posts = 0;
     const server = http.createServer((req, res) => {
@@ -481,8 +481,9 @@ void t.test(
           return;
         }
         posts += 1;
-        // The first attempt is lost on the way back; the repeat meets a
-        // gateway's 404, which carries no Idempotent-Replay.
+        // The first attempt is lost on the way back; the repeats meet a
+        // gateway's 404, which carries no Idempotent-Replay (M2, M3: an
+        // unmarked answer is repeated once, so two of them).
         if (posts === 1) {
           res.socket?.destroy();
           return;
@@ -507,10 +508,10 @@ void t.test(
     const argv = ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '5'];
     const code = await runCli([...argv, '--retry-base', '1ms', '--retry-cap', '1ms'], env, o);
     t.equal(code, EXIT.failed, o.err());
-    t.equal(posts, 2, 'not sent again after the unknown outcome');
+    t.equal(posts, 3, 'repeated once after the first unmarked answer, not after the second');
     t.match(
       o.out(),
-      /^transfer [0-9a-f-]{36}: FAILED: outcome unknown: 404 not_found: no route \(gateway\) without Idempotent-Replay, so not the key's stored answer .*an earlier attempt may have taken effect: check the balances of both accounts \(GET \/api\/v1\/accounts\/\{id\}\) before stating it again as a new intent/,
+      /^transfer [0-9a-f-]{36}: FAILED: outcome unknown: 404 not_found: no route \(gateway\) without Idempotent-Replay, so not the key's stored answer .*an attempt may have taken effect: check the balances of both accounts \(GET \/api\/v1\/accounts\/\{id\}\) before stating it again as a new intent/,
     );
     const listed = io();
     await runCli(['outbox', 'list', '--json'], env, listed);
@@ -519,7 +520,7 @@ void t.test(
         {
           state: 'failed',
           failure: 'outcome_unknown',
-          attempts: 2,
+          attempts: 3,
           answer: { status: 404, replayed: false, marked: false },
         },
       ],
@@ -529,3 +530,42 @@ void t.test(
     t.match(human.out(), /failed\s+createTransfer .*outcome unknown: 404 not_found/);
   },
 );
+
+void t.test('a 2xx whose body is null or not JSON is printed, not a crash (M3)', async (t) => {
+  const bodies = ['null', 'not json', '[1]'];
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      if (req.url === '/api/v1/me') {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ id: 'p1' }));
+        return;
+      }
+      res.writeHead(201, { 'content-type': 'application/json', 'idempotent-replay': 'false' });
+      res.end(bodies.shift() ?? '{}');
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.teardown(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  const { port } = server.address() as net.AddressInfo;
+  const env = {
+    CLIENT_OUTBOX: path.join(await tempDir(t), 'outbox.sqlite'),
+    CLIENT_BASE_URL: `http://127.0.0.1:${String(port)}`,
+    CLIENT_TOKEN: 'tok',
+  };
+  for (const [i, argv] of [
+    ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '5'],
+    ['accounts', 'create', '--name', 'N'],
+    ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '6'],
+  ].entries()) {
+    const o = io();
+    const code = await runCli(argv, env, o);
+    t.equal(code, EXIT.ok, `answer ${String(i)}: ${o.err()}`);
+    t.notMatch(o.err(), /a bug/);
+    t.match(o.out(), /201.*not the JSON object this API answers/);
+  }
+});

@@ -33,14 +33,18 @@ import {
 export const EXIT = {
   /** Done: the command's intent got a 2xx; for a drain, everything got a final answer. */
   ok: 0,
-  /** The server's final answer to the command's intent is an error (a stored 4xx). */
+  /**
+   * The server's final answer to the command's intent is an error: a
+   * stored 4xx marked with `Idempotent-Replay` (an unmarked one is never
+   * taken for the server's refusal).
+   */
   rejected: 1,
   /** A bad flag or environment variable. */
   usage: 2,
   /**
    * An intent failed: key reuse (422), an expired key, an unexpected answer,
-   * an unknown outcome (an unmarked refusal after an attempt that may have
-   * taken effect); or a key given twice.
+   * an unknown outcome (a 2xx or a stored status without
+   * `Idempotent-Replay` twice in a row); or a key given twice.
    */
   failed: 3,
   /** The outbox cannot be used: locked by another process, unreadable, corrupt, another principal's. */
@@ -80,9 +84,9 @@ Commands that send (transfer, accounts create, outbox drain):
   --retry-cap DURATION   CLIENT_RETRY_CAP    the largest backoff step, default 30s
   --concurrency N        CLIENT_CONCURRENCY  intents of different lanes in flight at once, default 4
 Durations: an integer and ms, s, m, h or d (0 alone is zero).
-Exit: 0 done, 1 refused by the server, 2 usage, 3 failed (key reuse, expired, unexpected,
-      outcome unknown), 4 outbox unusable, 5 token refused, 75 still pending, 130 interrupted,
-      70 bug.`;
+Exit: 0 done, 1 refused by the server (a marked refusal), 2 usage, 3 failed (key reuse,
+      expired, unexpected, outcome unknown), 4 outbox unusable, 5 token refused, 75 still
+      pending, 130 interrupted, 70 bug.`;
 
 /** A command line the client cannot run; the message is one line naming the flag or variable. */
 export class UsageError extends Error {
@@ -523,7 +527,10 @@ function intentExit(intent: Intent, stoppedBy: StopReason | undefined): number {
   if (intent.state === 'pending') return stopExit(stoppedBy ?? 'deadline');
   if (intent.state === 'failed') return EXIT.failed;
   const status = intent.answer?.status ?? 0;
-  return status >= 200 && status < 300 ? EXIT.ok : EXIT.rejected;
+  if (status >= 200 && status < 300) return EXIT.ok;
+  // Refused by the server only when the refusal is the key's marked answer
+  // (M3); an unmarked one recorded by an older client is not known to be.
+  return intent.answer?.marked === true ? EXIT.rejected : EXIT.failed;
 }
 
 function makeSender(outbox: Outbox, s: SendSettings, out: Output): Sender {

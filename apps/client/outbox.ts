@@ -38,11 +38,11 @@ export type IntentState = 'pending' | 'done' | 'failed';
  * caller), `expired` (the key became older than the server keeps keys before
  * it could be sent; it was not sent again), `unexpected_answer` (an answer
  * the API does not give to such a request, e.g. 405 or 428),
- * `outcome_unknown` (an error the server would store, 400, 403, 404, 409,
- * 410, 412, 413, 415 or 422, but without `Idempotent-Replay`, so not the
- * key's stored answer: a gateway's, or a refusal before the key was looked
- * up; after an earlier attempt that may have reached the server, whether
- * the intent took effect is not known).
+ * `outcome_unknown` (a 2xx or an error the server would store, 400, 403,
+ * 404, 409, 410, 412, 413, 415 or 422, but without `Idempotent-Replay`
+ * twice in a row, so not the key's stored answer: a gateway's, or a
+ * refusal before the key was looked up; whether the intent took effect is
+ * not known).
  */
 export type FailureReason = 'key_reuse' | 'expired' | 'unexpected_answer' | 'outcome_unknown';
 

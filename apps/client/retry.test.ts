@@ -80,7 +80,7 @@ void t.test('backoff grows exponentially with jitter, is capped and honours Retr
 
 void t.test('answers are final, retried, a caller bug or a halt', (t) => {
   const c = (status: number, code?: string, retryAfter: string | null = null) =>
-    classifyAnswer({ status, code, retryAfter }, NOW);
+    classifyAnswer({ status, code, retryAfter, marked: true }, NOW);
   for (const s of [200, 201, 204]) t.same(c(s), { kind: 'final' }, `${String(s)} is final`);
   for (const s of [400, 403, 404, 410, 412, 413, 415]) {
     t.same(c(s, 'x'), { kind: 'final' }, `${String(s)} is a stored final answer`);
@@ -118,21 +118,22 @@ void t.test('answers are final, retried, a caller bug or a halt', (t) => {
 });
 
 void t.test(
-  'an unmarked stored status after an earlier attempt is outcome_unknown (finding 3)',
+  'an unmarked 2xx or stored status is repeated once, then outcome_unknown (M2, M3)',
   (t) => {
-    const c = (status: number, marked: boolean, earlierAttempt: boolean, code = 'x') =>
-      classifyAnswer({ status, code, retryAfter: null, marked, earlierAttempt }, NOW);
-    for (const s of [400, 403, 404, 409, 410, 412, 413, 415, 422]) {
+    const c = (status: number, marked: boolean, previousUnmarked: boolean, code = 'x') =>
+      classifyAnswer({ status, code, retryAfter: null, marked, previousUnmarked }, NOW);
+    for (const s of [200, 201, 204, 400, 403, 404, 409, 410, 412, 413, 415, 422]) {
+      t.same(
+        c(s, false, false),
+        { kind: 'unmarked', reason: `${String(s)} x` },
+        `${String(s)} without the marker is not final, even on the first attempt`,
+      );
       t.same(
         c(s, false, true),
         { kind: 'outcome_unknown', reason: `${String(s)} x` },
-        `${String(s)} without the marker after an earlier attempt`,
+        `${String(s)} without the marker a second time in a row`,
       );
-      t.same(c(s, false, false), { kind: 'final' }, `${String(s)} without it on the first attempt`);
       t.same(c(s, true, true), { kind: 'final' }, `${String(s)} with the marker`);
-    }
-    for (const s of [200, 201, 204]) {
-      t.same(c(s, false, true), { kind: 'final' }, `${String(s)} is final, marked or not`);
     }
     t.same(c(422, false, true, 'idempotency_key_reuse'), { kind: 'key_reuse' });
     t.same(c(409, false, true, 'request_in_progress'), {
@@ -142,8 +143,8 @@ void t.test(
     });
     t.same(
       classifyAnswer({ status: 404, code: 'not_found' }, NOW),
-      { kind: 'final' },
-      'without the facts, a first attempt is assumed',
+      { kind: 'unmarked', reason: '404 not_found' },
+      'without the facts, an answer is taken as unmarked',
     );
     t.end();
   },

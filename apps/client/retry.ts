@@ -8,8 +8,22 @@
 
 /** How an answer (or its absence) decides the fate of an intent. */
 export type AnswerClass =
-  /** A 2xx or a final error the server stores: record it and hand it to the caller. */
+  /**
+   * A 2xx or a final error the server stores, marked as the key's answer
+   * (`Idempotent-Replay`): record it and hand it to the caller.
+   */
   | { readonly kind: 'final' }
+  /**
+   * A 2xx or a status the server stores, without `Idempotent-Replay`: not
+   * the key's answer (the server marks every answer it stores; a gateway
+   * may have replaced a committed one), so not final: repeat once with the
+   * same key after a delay.
+   */
+  | {
+      readonly kind: 'unmarked';
+      /** Status and problem code, e.g. `404 not_found`, for the record. */
+      readonly reason: string;
+    }
   /** Not stored by the server: repeat with the same key after a delay. */
   | {
       readonly kind: 'retry';
@@ -25,11 +39,10 @@ export type AnswerClass =
   /** An answer the API never gives to this request (3xx, 405, 428, ...): not repeated. */
   | { readonly kind: 'unexpected'; readonly reason: string }
   /**
-   * A status the server stores, without `Idempotent-Replay`, after an
-   * earlier attempt that may have reached the server: not the key's answer
-   * (a gateway's, or a refusal before the key was looked up), so whether
-   * the earlier attempt took effect is not known. Not repeated: a person
-   * must check.
+   * A 2xx or a status the server stores, without `Idempotent-Replay`, for
+   * the second time in a row: not the key's answer (a gateway's, or a
+   * refusal before the key was looked up), so whether an attempt took
+   * effect is not known. Not repeated again: a person must check.
    */
   | { readonly kind: 'outcome_unknown'; readonly reason: string };
 
@@ -47,11 +60,10 @@ export interface AnswerFacts {
    */
   readonly marked?: boolean;
   /**
-   * Whether an earlier attempt of the same intent may have reached the
-   * server (any attempt recorded before this one, one cut off by a crash
-   * included); default false.
+   * Whether the intent's previous answer was already an unmarked 2xx or
+   * stored status (its one repeat was for that); default false.
    */
-  readonly earlierAttempt?: boolean;
+  readonly previousUnmarked?: boolean;
 }
 
 /**
@@ -64,14 +76,16 @@ export const STORED_ERROR_STATUSES: ReadonlySet<number> = new Set([
 ]);
 
 /**
- * Decides what an answer means for the intent that got it. A 2xx is final,
- * marked or not. An error of the statuses the server stores is final when
- * it is marked as the key's answer, or on the first attempt (nothing can
- * have taken effect before it, so an unmarked refusal is certain); after an
- * earlier attempt an unmarked one is `outcome_unknown`.
+ * Decides what an answer means for the intent that got it. A 2xx or an
+ * error of the statuses the server stores is final only when it is marked
+ * as the key's answer (`Idempotent-Replay`): the server marks every answer
+ * it stores, so an unmarked one is not the key's, even on the first
+ * attempt (a response-side gateway may have replaced a committed 201). An
+ * unmarked one is `unmarked` (repeat once with the same key), or
+ * `outcome_unknown` when the previous answer was unmarked too.
  *
  * @param answer the status, the problem code, the `Retry-After` header,
- *   whether the answer is marked and whether an earlier attempt was made.
+ *   whether the answer is marked and whether the previous one was unmarked.
  * @param now the current time in milliseconds since the epoch (for an
  *   HTTP-date `Retry-After`).
  * @returns the class of the answer.
@@ -79,7 +93,13 @@ export const STORED_ERROR_STATUSES: ReadonlySet<number> = new Set([
 export function classifyAnswer(answer: AnswerFacts, now: number): AnswerClass {
   const { status, code } = answer;
   const reason = code === undefined ? String(status) : `${String(status)} ${code}`;
-  if (status >= 200 && status < 300) return { kind: 'final' };
+  const stored = (): AnswerClass => {
+    if (answer.marked === true) return { kind: 'final' };
+    return answer.previousUnmarked === true
+      ? { kind: 'outcome_unknown', reason }
+      : { kind: 'unmarked', reason };
+  };
+  if (status >= 200 && status < 300) return stored();
   if (status === 422 && code === 'idempotency_key_reuse') return { kind: 'key_reuse' };
   const retry = (): AnswerClass => ({
     kind: 'retry',
@@ -89,11 +109,7 @@ export function classifyAnswer(answer: AnswerFacts, now: number): AnswerClass {
   if (status === 409 && code === 'request_in_progress') return retry();
   if (status === 408 || status === 429 || status >= 500) return retry();
   if (status === 401) return { kind: 'unauthenticated' };
-  if (STORED_ERROR_STATUSES.has(status)) {
-    return answer.marked !== true && answer.earlierAttempt === true
-      ? { kind: 'outcome_unknown', reason }
-      : { kind: 'final' };
-  }
+  if (STORED_ERROR_STATUSES.has(status)) return stored();
   return { kind: 'unexpected', reason };
 }
 

@@ -56,10 +56,19 @@ async function scripted(
   return { base: `http://127.0.0.1:${String(port)}`, seen, script, server };
 }
 
+/** The statuses the server stores under a key, and marks with Idempotent-Replay. */
+const MARKED = new Set([200, 201, 204, 400, 403, 404, 409, 410, 412, 413, 415, 422]);
+
+/**
+ * An answer as the server gives it: a 2xx or stored status carries
+ * `Idempotent-Replay: false` unless the headers say otherwise (the server
+ * marks every answer it stores); see {@link unmarked} for one without.
+ */
 function json(
   status: number,
   body: unknown,
   headers: Record<string, string> = {},
+  mark = MARKED.has(status),
 ): (res: http.ServerResponse, seen?: Seen) => void {
   return (res) => {
     const problem = status >= 400;
@@ -67,10 +76,16 @@ function json(
       'content-type': problem
         ? 'application/problem+json; charset=utf-8'
         : 'application/json; charset=utf-8',
+      ...(mark ? { 'idempotent-replay': 'false' } : {}),
       ...headers,
     });
     res.end(JSON.stringify(body));
   };
+}
+
+/** An answer without `Idempotent-Replay`: a gateway's, not the key's. */
+function unmarked(status: number, body: unknown): (res: http.ServerResponse, seen?: Seen) => void {
+  return json(status, body, {}, false);
 }
 
 async function outboxIn(t: Test, clock: () => number): Promise<Outbox> {
@@ -506,42 +521,64 @@ void t.test('an attempt is recorded before its request is sent (finding 6)', asy
 });
 
 void t.test(
-  'an unmarked stored status after an earlier attempt is outcome_unknown, never done (finding 3)',
+  'an unmarked stored status is repeated once, then outcome_unknown, never done (finding 3)',
   async (t) => {
+    // Changed with M2 and M3: an unmarked answer is never final, not even
+    // on the first attempt (a response-side gateway may have replaced a
+    // committed 201), nor a 2xx; it is repeated once with the same key, and
+    // a second unmarked answer in a row is outcome_unknown. Before, the
+    // 403 on a first attempt below was recorded done, and the unmarked 201
+    // done too.
     const s = await setup(t);
     const lost = s.outbox.enqueue(transfer(1, ['1'])).intent;
     const first = s.outbox.enqueue(transfer(2, ['2'])).intent;
     const marked = s.outbox.enqueue(transfer(3, ['3'])).intent;
     const ok = s.outbox.enqueue(transfer(4, ['4'])).intent;
     const byAmount = new Map<number, Reply[]>([
-      // The first attempt is lost on the way back; the repeat meets a gateway.
-      [1, [(res) => res.socket?.destroy(), json(404, { code: 'not_found' })]],
-      // The first attempt itself is refused before the API: a certain refusal.
-      [2, [json(403, { code: 'forbidden' })]],
+      // The first attempt is lost on the way back; the repeats meet a gateway.
+      [
+        1,
+        [
+          (res) => {
+            res.socket?.destroy();
+          },
+          unmarked(404, { code: 'not_found' }),
+          unmarked(404, { code: 'not_found' }),
+        ],
+      ],
+      // The first attempt is refused before the API, and the repeat too.
+      [2, [unmarked(403, { code: 'forbidden' }), unmarked(403, { code: 'forbidden' })]],
       // A 503, then the key's own first answer.
       [3, [json(503, {}), json(409, { code: 'conflict' }, { 'idempotent-replay': 'false' })]],
-      // A 2xx is final whether marked or not.
-      [4, [json(503, {}), json(201, { id: 't' })]],
+      // An unmarked 2xx is repeated; the repeat gets the key's stored answer.
+      [
+        4,
+        [
+          json(503, {}),
+          unmarked(201, { id: 't' }),
+          json(201, { id: 't' }, { 'idempotent-replay': 'true' }),
+        ],
+      ],
     ]);
     const reply: Reply = (res, seen) => {
       const amount = (JSON.parse(seen.body) as { amount: number }).amount;
       const next = byAmount.get(amount)?.shift() ?? json(500, {});
       return next(res, seen);
     };
-    for (let i = 0; i < 7; i += 1) s.script.push(reply);
+    for (let i = 0; i < 10; i += 1) s.script.push(reply);
     const report = await s.sender.drain();
     t.equal(report.stoppedBy, 'empty');
-    t.equal(s.seen.length, 7, 'nothing is repeated after its final state');
+    t.equal(s.seen.length, 10, 'nothing is repeated after its final state');
     t.match(s.outbox.get(lost.key), {
       state: 'failed',
       failure: 'outcome_unknown',
-      attempts: 2,
+      attempts: 3,
       answer: { status: 404, replayed: false, marked: false, body: '{"code":"not_found"}' },
     });
     t.match(s.outbox.get(first.key), {
-      state: 'done',
-      failure: null,
-      attempts: 1,
+      state: 'failed',
+      failure: 'outcome_unknown',
+      attempts: 2,
       answer: { status: 403, marked: false },
     });
     t.match(s.outbox.get(marked.key), {
@@ -549,7 +586,11 @@ void t.test(
       attempts: 2,
       answer: { status: 409, replayed: false, marked: true },
     });
-    t.match(s.outbox.get(ok.key), { state: 'done', answer: { status: 201, marked: false } });
+    t.match(s.outbox.get(ok.key), {
+      state: 'done',
+      attempts: 3,
+      answer: { status: 201, marked: true, replayed: true },
+    });
     t.match(
       s.events.find((e) => e.type === 'settled' && e.intent.key === lost.key),
       { intent: { failure: 'outcome_unknown' } },
@@ -558,18 +599,21 @@ void t.test(
 );
 
 void t.test(
-  'an attempt cut off by a crash makes an unmarked refusal outcome_unknown (finding 3)',
+  'after an attempt cut off by a crash, unmarked refusals end in outcome_unknown (finding 3)',
   async (t) => {
     const s = await setup(t);
     const { intent } = s.outbox.enqueue(transfer(1));
     // A process that died during its attempt left this behind.
     s.outbox.recordAttempt(intent.seq, 1, START);
-    s.script.push(json(413, { code: 'payload_too_large' }));
+    s.script.push(
+      unmarked(413, { code: 'payload_too_large' }),
+      unmarked(413, { code: 'payload_too_large' }),
+    );
     await s.sender.drain();
     t.match(s.outbox.get(intent.key), {
       state: 'failed',
       failure: 'outcome_unknown',
-      attempts: 2,
+      attempts: 3,
       answer: { status: 413 },
     });
   },
@@ -687,5 +731,54 @@ void t.test(
     await s.sender.drain();
     t.match(s.outbox.get(next.key), { state: 'done' }, 'a new intent is sent');
     t.ok(s.outbox.highWater() <= s.clock.now + 3_600_000, 'nor does a POST answer raise it');
+  },
+);
+
+void t.test(
+  'an unmarked answer, 2xx included, is repeated once; a second one is outcome_unknown (M2, M3)',
+  async (t) => {
+    const s = await setup(t);
+    const settles = s.outbox.enqueue(transfer(1, ['1'])).intent;
+    const twice = s.outbox.enqueue(transfer(2, ['2'])).intent;
+    const refused = s.outbox.enqueue(transfer(3, ['3'])).intent;
+    const byAmount = new Map<number, Reply[]>([
+      // A gateway replaced the answer; the repeat gets the key's stored one.
+      [1, [unmarked(201, { id: 'gw' }), json(201, { id: 't1' }, { 'idempotent-replay': 'true' })]],
+      // Unmarked twice in a row: whether it took effect is not known.
+      [2, [unmarked(201, { id: 'gw' }), unmarked(201, { id: 'gw' })]],
+      // An unmarked refusal on the first attempt is not certain either.
+      [
+        3,
+        [
+          unmarked(403, { code: 'forbidden' }),
+          json(409, { code: 'conflict' }, { 'idempotent-replay': 'false' }),
+        ],
+      ],
+    ]);
+    const reply: Reply = (res, seen) => {
+      const amount = (JSON.parse(seen.body) as { amount: number }).amount;
+      const next = byAmount.get(amount)?.shift() ?? json(500, {});
+      return next(res, seen);
+    };
+    for (let i = 0; i < 6; i += 1) s.script.push(reply);
+    await s.sender.drain();
+    t.equal(s.seen.length, 6, 'each repeated once, with its key');
+    t.same(s.seen.filter((x) => x.headers['idempotency-key'] === settles.key).length, 2);
+    t.match(s.outbox.get(settles.key), {
+      state: 'done',
+      attempts: 2,
+      answer: { status: 201, marked: true, replayed: true, body: '{"id":"t1"}' },
+    });
+    t.match(s.outbox.get(twice.key), {
+      state: 'failed',
+      failure: 'outcome_unknown',
+      attempts: 2,
+      answer: { status: 201, marked: false },
+    });
+    t.match(s.outbox.get(refused.key), {
+      state: 'done',
+      attempts: 2,
+      answer: { status: 409, marked: true },
+    });
   },
 );

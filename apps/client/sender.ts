@@ -3,9 +3,10 @@
  * its own key, one at a time per lane in the order stated (intents of other
  * lanes in parallel, up to a concurrency), repeats what the retry policy
  * (retry.ts) says to repeat with the same key and the same bytes, records
- * every final answer in the outbox before handing it on, fails as
- * `outcome_unknown` a refusal not marked as the key's answer that follows an
- * attempt which may have reached the server, and never sends a
+ * every final answer in the outbox before handing it on, repeats once an
+ * answer not marked as the key's (a 2xx or a stored status without
+ * `Idempotent-Replay`) and fails as `outcome_unknown` a second one in a
+ * row, and never sends a
  * key older than the server keeps keys (less a margin): such an intent is
  * reported as expired instead, because the server would run it again as new.
  * A key's age counts up to the latest time the outbox has seen (its own
@@ -156,6 +157,13 @@ interface WireAnswer extends RecordedAnswer {
   readonly retryAfter: string | null;
   readonly code: string | undefined;
 }
+
+/**
+ * How the last error of an intent starts when its answer was unmarked (a
+ * 2xx or a stored status without `Idempotent-Replay`): the next unmarked
+ * answer in a row is `outcome_unknown`.
+ */
+const UNMARKED = 'unmarked answer: ';
 
 /** The headers an answer is recorded with. */
 const KEPT_HEADERS = ['location', 'etag', 'content-type', 'correlation-id'];
@@ -509,9 +517,10 @@ export class Sender {
     }
     this.observeServer(answer.serverTime);
     const now = this.clock();
-    // The count read before this attempt was recorded: any earlier attempt,
-    // one cut off by a crash included, may have reached the server.
-    const cls = classifyAnswer({ ...answer, earlierAttempt: intent.attempts > 0 }, now);
+    // The last error read before this attempt: an unmarked answer then
+    // makes a second one in a row (M2, M3).
+    const previousUnmarked = intent.lastError?.startsWith(UNMARKED) === true;
+    const cls = classifyAnswer({ ...answer, previousUnmarked }, now);
     const final = (state: 'done' | 'failed', failure: FailureReason | null): void => {
       outbox.recordFinal(intent.seq, {
         attempts: attempt,
@@ -542,6 +551,14 @@ export class Sender {
         return undefined;
       case 'outcome_unknown':
         final('failed', 'outcome_unknown');
+        return undefined;
+      case 'unmarked':
+        this.scheduleRetry(
+          intent,
+          attempt,
+          `${UNMARKED}${cls.reason} without Idempotent-Replay, not the key's answer: repeated once with the same key`,
+          undefined,
+        );
         return undefined;
       case 'retry':
         this.scheduleRetry(intent, attempt, cls.reason, cls.retryAfterMs);
