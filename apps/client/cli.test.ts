@@ -17,6 +17,7 @@ import { DatabaseSync } from 'node:sqlite';
 import t, { type Test } from 'tap';
 import { startTestApp } from '../../test/harness/app.js';
 import { EXIT, parseCommandLine, runCli, UsageError } from './cli.js';
+import { transferIntent } from './client.js';
 import { newKey, Outbox } from './outbox.js';
 
 const root = path.resolve(import.meta.dirname, '../..');
@@ -569,3 +570,52 @@ void t.test('a 2xx whose body is null or not JSON is printed, not a crash (M3)',
     t.match(o.out(), /201.*not the JSON object this API answers/);
   }
 });
+
+void t.test(
+  'killed after the answer was recorded, before it was printed: a rerun prints it, states none (M1)',
+  async (t) => {
+    const file = path.join(await tempDir(t), 'outbox.sqlite');
+    const outbox = Outbox.open(file);
+    const { intent } = outbox.enqueue(
+      transferIntent({ from_account_id: ID_A, to_account_id: ID_B, amount: 5 }),
+    );
+    // What a process killed between recordFinal and its print leaves behind.
+    outbox.recordAttempt(intent.seq, 1, Date.now());
+    outbox.recordFinal(intent.seq, {
+      attempts: 1,
+      state: 'done',
+      failure: null,
+      answer: {
+        status: 201,
+        replayed: false,
+        marked: true,
+        headers: {},
+        body: JSON.stringify({ id: 't1', amount: 5, from_account_id: ID_A, to_account_id: ID_B }),
+      },
+      now: Date.now(),
+    });
+    outbox.close();
+    const env = {
+      CLIENT_OUTBOX: file,
+      CLIENT_BASE_URL: `http://127.0.0.1:${String(await closedPort())}`,
+      CLIENT_TOKEN: 'tok',
+    };
+    const argv = ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '5', '--wait', '0'];
+    const o = io();
+    const code = await runCli(argv, env, o);
+    t.equal(code, EXIT.ok, `the recorded answer's exit: ${o.err()}`);
+    t.match(o.err(), new RegExp(`^client: .*${intent.key}.*never printed.*--again`));
+    t.match(o.out(), new RegExp(`^transfer ${intent.key}: 201 created: transfer t1 moved 5`));
+    const after = Outbox.open(file);
+    const intents = after.list();
+    after.close();
+    t.equal(intents.length, 1, 'no new intent, no new key');
+    t.match(intents[0], { key: intent.key, reportedAt: Number });
+    // Reported now: the same command states a new transfer, as asked.
+    const next = await runCli(argv, env, io());
+    t.equal(next, EXIT.pending);
+    const last = Outbox.open(file);
+    t.equal(last.list().length, 2);
+    last.close();
+  },
+);

@@ -72,7 +72,9 @@ Every command (flag, or environment variable):
                                              never by outbox list)
   --json                                     results as one JSON document, progress as JSON lines
 A transfer or account creation equal to one still pending is refused (exit 3): deliver
-that one with "client outbox drain" (or --key KEY); --again states a second one on purpose.
+that one with "client outbox drain" (or --key KEY); one equal to an intent settled but whose
+result was never printed (its command was killed) prints that result instead, sending
+nothing; --again states a second one on purpose.
 Commands that send (transfer, accounts create, outbox drain):
   --base-url URL         CLIENT_BASE_URL     the server's origin, e.g. http://127.0.0.1:3000 (required)
   --token TOKEN          CLIENT_TOKEN        the bearer token (required; prefer the variable)
@@ -125,7 +127,7 @@ export type Command =
       readonly amount: number;
       readonly key: string | undefined;
       readonly independent: boolean;
-      /** State a new intent even when an equal one is pending. */
+      /** State a new intent even when an equal one is pending or unreported. */
       readonly again: boolean;
     }
   | {
@@ -134,7 +136,7 @@ export type Command =
       readonly name: string;
       readonly openingBalance: number;
       readonly key: string | undefined;
-      /** State a new intent even when an equal one is pending. */
+      /** State a new intent even when an equal one is pending or unreported. */
       readonly again: boolean;
     }
   | {
@@ -490,19 +492,22 @@ export interface Output {
 }
 
 /**
- * A pending intent that would send the same request as a new one: same
- * operation, method, path and body (compared in RFC 8785 form, as stored).
+ * An intent that would send the same request as a new one (same operation,
+ * method, path and body, compared in RFC 8785 form, as stored) and whose
+ * result no command printed yet: pending, or settled but not reported (its
+ * process was killed after recording the answer, before printing it).
  *
  * @param outbox the outbox.
  * @param wanted the intent about to be stated.
- * @returns the pending intent, or undefined.
+ * @returns the first such intent, or undefined.
  */
-function pendingEqual(outbox: Outbox, wanted: NewIntent): Intent | undefined {
+function unreportedEqual(outbox: Outbox, wanted: NewIntent): Intent | undefined {
   const body = wanted.body === undefined ? null : (canonicalize(wanted.body) ?? null);
   return outbox
-    .list({ state: 'pending' })
+    .list()
     .find(
       (i) =>
+        (i.state === 'pending' || i.reportedAt === null) &&
         i.operation === wanted.operation &&
         i.method === wanted.method &&
         i.path === wanted.path &&
@@ -654,13 +659,48 @@ async function run(
     // 130, a kill) would state a second intent under a new key: the money
     // would move twice (review). Without --key, an equal pending intent is
     // delivered by a drain, not stated again, unless --again says so.
+    // Settled but never reported (M1): the process was killed after it
+    // recorded the answer and before it printed it; the caller reruns the
+    // command, and a new intent would move the money again. Its recorded
+    // answer is printed instead.
+    const printResult = (
+      intent: Intent,
+      created: boolean,
+      report: DrainReport | undefined,
+    ): number => {
+      const code = intentExit(intent, report?.stoppedBy);
+      if (s.json) {
+        print({
+          command: command.kind === 'transfer' ? 'transfer' : 'accounts create',
+          exit_code: code,
+          created,
+          stopped_by: report?.stoppedBy ?? null,
+          halt: report?.halt ?? null,
+          pending: outbox.pendingCount(),
+          intent: intentJson(intent),
+          settled: (report?.settled ?? []).filter((i) => i.key !== intent.key).map(intentJson),
+        });
+      } else {
+        out.stdout.write(`${resultLine(intent, !created)}\n`);
+        if (report?.halt !== undefined) out.stderr.write(`client: ${report.halt}\n`);
+      }
+      // After the print: a kill before it leaves the intent unreported.
+      if (intent.state !== 'pending') outbox.markReported(intent.seq, Date.now());
+      return code;
+    };
     if (command.key === undefined && !command.again) {
-      const equal = pendingEqual(outbox, wanted);
-      if (equal !== undefined) {
+      const equal = unreportedEqual(outbox, wanted);
+      if (equal?.state === 'pending') {
         out.stderr.write(
           `client: a ${equal.operation} equal to this one is pending under key ${equal.key}: run "client outbox drain" to deliver it (or repeat with --key ${equal.key}); --again states a second one\n`,
         );
         return EXIT.failed;
+      }
+      if (equal !== undefined) {
+        out.stderr.write(
+          `client: a ${equal.operation} equal to this one was settled under key ${equal.key} but its result was never printed (its command was cut off): this is its recorded answer, nothing is sent; --again states a second one\n`,
+        );
+        return printResult(equal, false, undefined);
       }
     }
     const stated = outbox.enqueue(wanted);
@@ -676,23 +716,7 @@ async function run(
       report = await sender.drain({ ...drainOptions, target: stated.intent.key });
     }
     const intent = outbox.get(stated.intent.key) ?? stated.intent;
-    const code = intentExit(intent, report?.stoppedBy);
-    if (s.json) {
-      print({
-        command: command.kind === 'transfer' ? 'transfer' : 'accounts create',
-        exit_code: code,
-        created: stated.created,
-        stopped_by: report?.stoppedBy ?? null,
-        halt: report?.halt ?? null,
-        pending: outbox.pendingCount(),
-        intent: intentJson(intent),
-        settled: (report?.settled ?? []).filter((i) => i.key !== intent.key).map(intentJson),
-      });
-    } else {
-      out.stdout.write(`${resultLine(intent, !stated.created)}\n`);
-      if (report?.halt !== undefined) out.stderr.write(`client: ${report.halt}\n`);
-    }
-    return code;
+    return printResult(intent, stated.created, report);
   } finally {
     outbox.close();
   }

@@ -228,7 +228,7 @@ void t.test('a version 1 file is migrated on open with its rows unchanged', asyn
       state: 'done',
       answer: { status: 409, replayed: false, marked: null },
     },
-    { seq: 4, state: 'failed', failure: 'expired', answer: null, attempts: 3 },
+    { seq: 4, state: 'failed', failure: 'expired', answer: null, attempts: 3, reportedAt: 1_600 },
   ]);
   t.same(
     outbox.ready(10_000, new Set(), 10).map((i) => i.seq),
@@ -365,8 +365,21 @@ void t.test('a version 2 file is migrated to version 3 with its rows unchanged',
   const intents = outbox.list();
   t.equal(intents.length, 2);
   t.match(intents, [
-    { seq: 1, state: 'pending', attempts: 1, attemptStartedAt: 1_500, serverAnchor: null },
-    { seq: 2, state: 'done', answer: { status: 201, marked: true }, serverAnchor: null },
+    {
+      seq: 1,
+      state: 'pending',
+      attempts: 1,
+      attemptStartedAt: 1_500,
+      serverAnchor: null,
+      reportedAt: null,
+    },
+    {
+      seq: 2,
+      state: 'done',
+      answer: { status: 201, marked: true },
+      serverAnchor: null,
+      reportedAt: 1_200,
+    },
   ]);
   outbox.close();
   const after = snapshot(file);

@@ -4,7 +4,8 @@
  * (`marked`) and the start of the attempt in flight
  * (`attempt_started_at`). Version 3 adds the server's time seen before the
  * intent's first attempt (`server_anchor`), from which its key's age is
- * counted on the server's clock too. A version 1 or 2 file is migrated when it is opened,
+ * counted on the server's clock too, and when the command that stated it printed
+ * its result (`reported_at`). A version 1 or 2 file is migrated when it is opened,
  * in the opener's transaction: SQLite cannot alter a CHECK, so the intents
  * move to a new table by the procedure of the SQLite documentation ("Making
  * Other Kinds Of Table Schema Changes": create the new table, copy, drop
@@ -42,6 +43,7 @@ create table ${name} (
   next_attempt_at integer not null default 0,
   attempt_started_at integer,
   server_anchor integer,
+  reported_at integer,
   last_error text,
   status integer,
   replayed integer,
@@ -78,13 +80,16 @@ const V2_COLUMNS = `${V1_COLUMNS}, marked, attempt_started_at`;
  * whether an answer recorded as no replay carried `Idempotent-Replay:
  * false` was not kept, so its `marked` is null (not known). From either:
  * the server's time before the first attempt was not kept (null: the age
- * counts on the client's clock alone).
+ * counts on the client's clock alone); an intent settled before is taken as
+ * reported when it settled (an older client printed what it settled, and
+ * an equal new intent must not be refused for it).
  */
 const COPY: Record<string, string> = {
-  '1': `insert into intents_new (${V1_COLUMNS}, marked, attempt_started_at, server_anchor)
-  select ${V1_COLUMNS}, case when replayed = 1 then 1 end, null, null from intents;`,
-  '2': `insert into intents_new (${V2_COLUMNS}, server_anchor)
-  select ${V2_COLUMNS}, null from intents;`,
+  '1': `insert into intents_new (${V1_COLUMNS}, marked, attempt_started_at, server_anchor, reported_at)
+  select ${V1_COLUMNS}, case when replayed = 1 then 1 end, null, null,
+         case when state <> 'pending' then finished_at end from intents;`,
+  '2': `insert into intents_new (${V2_COLUMNS}, server_anchor, reported_at)
+  select ${V2_COLUMNS}, null, case when state <> 'pending' then finished_at end from intents;`,
 };
 
 const migration = (from: string): string => `
@@ -149,6 +154,15 @@ export function prepareSchema(db: DatabaseSync, file: string, create: boolean): 
   const from = version?.['value'];
   if (typeof from === 'string' && Object.hasOwn(COPY, from)) {
     migrate(db, file, from);
+    return;
+  }
+  if (version?.['value'] === SCHEMA_VERSION) {
+    // A version 3 file written before `reported_at` was added to it (never
+    // released): a nullable column is added in place.
+    const columns = db.prepare('pragma table_info(intents)').all();
+    if (!columns.some((c) => c['name'] === 'reported_at')) {
+      db.exec('alter table intents add column reported_at integer');
+    }
     return;
   }
   if (version?.['value'] !== SCHEMA_VERSION) {

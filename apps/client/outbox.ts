@@ -123,6 +123,14 @@ export interface Intent {
   readonly answer: RecordedAnswer | null;
   /** When it reached its final state, in milliseconds since the epoch. */
   readonly finishedAt: number | null;
+  /**
+   * When the command that stated it printed its final result, in
+   * milliseconds since the epoch (see {@link Outbox.markReported}). Null
+   * while pending, and for a settled intent whose result no command printed
+   * (its process was killed after the answer was recorded, or a library
+   * caller settled it).
+   */
+  readonly reportedAt: number | null;
 }
 
 /** What a caller states to make an intent. */
@@ -629,6 +637,24 @@ export class Outbox {
   }
 
   /**
+   * Records that the final result of a settled intent was printed to the
+   * caller, so an equal command run again is not refused for it (the
+   * command line refuses an equal intent that is pending, or settled but
+   * not reported). Nothing is written for a pending intent.
+   *
+   * @param seq the intent.
+   * @param now the current time in milliseconds since the epoch.
+   */
+  markReported(seq: number, now: number): void {
+    this.open
+      .prepare(
+        `update intents set reported_at = ?
+          where seq = ? and state <> 'pending' and reported_at is null`,
+      )
+      .run(now, seq);
+  }
+
+  /**
    * The latest time the outbox has seen: the largest clock value it recorded
    * (an intent stated, an attempt started, a final state) and the latest
    * server `Date` given to {@link observeTime}. A key's age counts up to at
@@ -799,6 +825,7 @@ export class Outbox {
       lastError: row['last_error'] === null ? null : text('last_error'),
       answer,
       finishedAt: row['finished_at'] === null ? null : int('finished_at'),
+      reportedAt: row['reported_at'] === null ? null : int('reported_at'),
     };
   }
 }
