@@ -78,7 +78,9 @@ const V2_COLUMNS = `${V1_COLUMNS}, marked, attempt_started_at`;
  * The copy of the intents into the new table, by the version migrated
  * from. From version 1: a replay was marked (`Idempotent-Replay: true`);
  * whether an answer recorded as no replay carried `Idempotent-Replay:
- * false` was not kept, so its `marked` is null (not known). From either:
+ * false` was not kept, so its `marked` is null (not known); version 1 did
+ * not count an attempt cut off by a crash, so a pending intent may have
+ * one behind it: its `attempt_started_at` is its creation time (L4). From either:
  * the server's time before the first attempt was not kept (null: the age
  * counts on the client's clock alone); an intent settled before is taken as
  * reported when it settled (an older client printed what it settled, and
@@ -86,7 +88,8 @@ const V2_COLUMNS = `${V1_COLUMNS}, marked, attempt_started_at`;
  */
 const COPY: Record<string, string> = {
   '1': `insert into intents_new (${V1_COLUMNS}, marked, attempt_started_at, server_anchor, reported_at)
-  select ${V1_COLUMNS}, case when replayed = 1 then 1 end, null, null,
+  select ${V1_COLUMNS}, case when replayed = 1 then 1 end,
+         case when state = 'pending' then created_at end, null,
          case when state <> 'pending' then finished_at end from intents;`,
   '2': `insert into intents_new (${V2_COLUMNS}, server_anchor, reported_at)
   select ${V2_COLUMNS}, null, case when state <> 'pending' then finished_at end from intents;`,

@@ -113,6 +113,11 @@ void t.test(
       },
     );
     t.throws(() => outbox.enqueue({ ...transfer(5), path: 'api/v1/transfers' }), /path/);
+    // A path starting with two slashes names another host: the token would go there (L5).
+    t.throws(() => outbox.enqueue({ ...transfer(5), path: '//evil.example/x' }), {
+      name: 'RangeError',
+      message: /path must not start with "\/\/"/,
+    });
     t.throws(() => outbox.enqueue({ ...transfer(5), path: '/api/v1/transfers?x=1' }), /query/);
     t.throws(() => outbox.enqueue({ ...transfer(5), lanes: [''] }), /lane/);
   },

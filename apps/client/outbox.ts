@@ -139,7 +139,10 @@ export interface NewIntent {
   readonly operation: string;
   /** The HTTP method. */
   readonly method: WriteMethod;
-  /** The path from the origin, starting with `/`, without a query (keyed requests take none). */
+  /**
+   * The path from the origin, starting with `/` but not `//`, without a
+   * query (keyed requests take none).
+   */
   readonly path: string;
   /** The JSON body, or undefined for none; it is kept and sent in its RFC 8785 form. */
   readonly body?: unknown;
@@ -198,6 +201,12 @@ export interface StorageSettings {
 
 const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 const METHODS: readonly string[] = ['POST', 'PUT', 'PATCH', 'DELETE'];
+/**
+ * A path that a URL parser reads as naming a host (`//host/...`, and
+ * `/\host/...`, as a backslash is a slash in http URLs): sent, the token
+ * would go to that host (L5).
+ */
+const OTHER_HOST = /^\/[/\\]/;
 const STATES: readonly string[] = ['pending', 'done', 'failed'];
 const SYNCHRONOUS = ['off', 'normal', 'full', 'extra'];
 /** SQLite's result codes met when opening (sqlite3.h). */
@@ -408,7 +417,8 @@ export class Outbox {
    *   outbox already for the same method, path and body).
    * @throws IntentConflictError when the key is in the outbox for another request.
    * @throws RangeError for a key that is not a UUIDv7, a path that does not
-   *   start with `/` or has a query, an empty lane or an unknown method.
+   *   start with `/`, starts with `//` or has a query, an empty lane or an
+   *   unknown method.
    */
   enqueue(intent: NewIntent): { intent: Intent; created: boolean } {
     const db = this.open;
@@ -418,6 +428,11 @@ export class Outbox {
     }
     if (!intent.path.startsWith('/')) {
       throw new RangeError(`path must start with "/", got "${intent.path}"`);
+    }
+    if (OTHER_HOST.test(intent.path)) {
+      throw new RangeError(
+        `path must not start with "//" (or "/\\"): it names another host, which would get the token; got "${intent.path}"`,
+      );
     }
     if (intent.path.includes('?') || intent.path.includes('#')) {
       throw new RangeError(`path may not carry a query or fragment (keyed requests take none)`);
@@ -773,7 +788,9 @@ export class Outbox {
     const method = text('method');
     if (!METHODS.includes(method)) bad('method', `is not one of ${METHODS.join(', ')}`);
     const path = text('path');
-    if (!path.startsWith('/') || path.includes('?')) bad('path', 'is not a path without a query');
+    if (!path.startsWith('/') || path.includes('?') || OTHER_HOST.test(path)) {
+      bad('path', 'is not a path of the origin without a query');
+    }
     const rawBody = row['body'];
     let body: string | null = null;
     if (rawBody !== null) {

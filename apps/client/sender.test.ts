@@ -782,3 +782,40 @@ void t.test(
     });
   },
 );
+
+void t.test(
+  'an answer body over 1 MiB is not read whole: unexpected, or outcome_unknown after an attempt (L1)',
+  async (t) => {
+    const s = await setup(t);
+    const big = s.outbox.enqueue(transfer(1, ['1'])).intent;
+    const after = s.outbox.enqueue(transfer(2, ['2'])).intent;
+    const huge = (res: http.ServerResponse): void => {
+      res.writeHead(201, { 'content-type': 'application/json', 'idempotent-replay': 'false' });
+      res.end(`"${'x'.repeat(1024 * 1024)}"`);
+    };
+    const byAmount = new Map<number, Reply[]>([
+      [1, [huge]],
+      [2, [json(503, {}), huge]],
+    ]);
+    const reply: Reply = (res, seen) => {
+      const amount = (JSON.parse(seen.body) as { amount: number }).amount;
+      const next = byAmount.get(amount)?.shift() ?? json(500, {});
+      return next(res, seen);
+    };
+    for (let i = 0; i < 3; i += 1) s.script.push(reply);
+    await s.sender.drain();
+    t.equal(s.seen.length, 3);
+    t.match(s.outbox.get(big.key), {
+      state: 'failed',
+      failure: 'unexpected_answer',
+      attempts: 1,
+      answer: { status: 201 },
+    });
+    t.ok((s.outbox.get(big.key)?.answer?.body.length ?? Infinity) <= 1024 * 1024);
+    t.match(s.outbox.get(after.key), {
+      state: 'failed',
+      failure: 'outcome_unknown',
+      attempts: 2,
+    });
+  },
+);

@@ -150,6 +150,8 @@ export interface DrainOptions {
 
 /** An answer as read off the wire. */
 interface WireAnswer extends RecordedAnswer {
+  /** Whether the body was larger than {@link MAX_BODY_BYTES}; its text is then empty. */
+  readonly oversize: boolean;
   /** The server's `Date`, when it sent a readable one. */
   readonly serverTime: number | undefined;
   /** Read off the wire, the marker is always known. */
@@ -164,6 +166,36 @@ interface WireAnswer extends RecordedAnswer {
  * answer in a row is `outcome_unknown`.
  */
 const UNMARKED = 'unmarked answer: ';
+
+/**
+ * The largest answer body read, in bytes: no answer of this API comes near
+ * it, and a larger one (a gateway's, a misrouted download) is not read
+ * whole into memory and the outbox (L1).
+ */
+export const MAX_BODY_BYTES = 1024 * 1024;
+
+/**
+ * Reads a body up to {@link MAX_BODY_BYTES}, cancelling the rest.
+ *
+ * @returns its text, or an empty text and `oversize` when it is larger.
+ */
+async function readBody(res: Response): Promise<{ text: string; oversize: boolean }> {
+  if (res.body === null) return { text: '', oversize: false };
+  const reader: ReadableStreamDefaultReader<Uint8Array> = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > MAX_BODY_BYTES) {
+      await reader.cancel();
+      return { text: '', oversize: true };
+    }
+    chunks.push(value);
+  }
+  return { text: Buffer.concat(chunks).toString('utf8'), oversize: false };
+}
 
 /** The headers an answer is recorded with. */
 const KEPT_HEADERS = ['location', 'etag', 'content-type', 'correlation-id'];
@@ -539,6 +571,14 @@ export class Sender {
       settled.push(recorded);
       this.emit({ type: 'settled', intent: recorded });
     };
+    if (answer.oversize) {
+      // Not read whole (L1): not an answer of this API, whose key's fate
+      // is not known when an earlier attempt (one cut off included) may
+      // have reached the server.
+      const earlier = intent.attempts > 0 || intent.attemptStartedAt !== null;
+      final('failed', earlier ? 'outcome_unknown' : 'unexpected_answer');
+      return undefined;
+    }
     switch (cls.kind) {
       case 'final':
         final('done', null);
@@ -609,7 +649,7 @@ export class Sender {
       signal: both,
       redirect: 'manual',
     });
-    const text = await res.text();
+    const { text, oversize } = await readBody(res);
     const kept: Record<string, string> = {};
     for (const name of KEPT_HEADERS) {
       const value = res.headers.get(name);
@@ -617,6 +657,7 @@ export class Sender {
     }
     const marker = res.headers.get('idempotent-replay')?.trim().toLowerCase();
     return {
+      oversize,
       status: res.status,
       replayed: marker === 'true',
       marked: marker === 'true' || marker === 'false',
