@@ -275,6 +275,7 @@ void t.test('the commands against the real server, in this process', async (t) =
   });
   const drained = await run(['outbox', 'drain', '--json']);
   t.equal(drained.code, EXIT.ok);
+  t.equal((JSON.parse(drained.out) as { settled: unknown[] }).settled.length, 1);
   t.match(JSON.parse(drained.out), {
     command: 'outbox drain',
     pending: 0,
@@ -348,6 +349,7 @@ void t.test(
       CLIENT_BASE_URL: address,
     });
     t.equal(late.code, EXIT.failed, late.err);
+    t.equal((JSON.parse(late.out) as { settled: unknown[] }).settled.length, 1);
     t.match(JSON.parse(late.out), {
       settled: [{ state: 'failed', failure: 'expired', answer: null }],
     });

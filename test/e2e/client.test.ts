@@ -179,6 +179,8 @@ void t.test('the outbox end to end', async (t) => {
       const left = Outbox.open(env.CLIENT_OUTBOX);
       const pending = left.list();
       left.close();
+      // t.match on an array ignores extra elements: the length is checked too.
+      t.equal(pending.length, 1, 'one intent, no second key');
       t.match(
         pending,
         [{ state: 'pending', key: held.key, attempts: 1, attemptStartedAt: Number }],
@@ -197,6 +199,7 @@ void t.test('the outbox end to end', async (t) => {
           answer: { status: number; replayed: boolean; body: unknown };
         }[];
       };
+      t.equal(doc.settled.length, 1);
       t.match(doc.settled, [
         { key: held.key, state: 'done', answer: { status: 201, replayed: true } },
       ]);
@@ -228,14 +231,18 @@ void t.test('the outbox end to end', async (t) => {
       await client.exited;
       t.equal((await ledger(w.db, a, b)).transfers.length, 0, 'nothing reached the server');
       const left = Outbox.open(env.CLIENT_OUTBOX);
-      t.match(left.list(), [{ key: held.key, attempts: 1 }], 'the attempt that left is counted');
+      const intents = left.list();
       left.close();
+      t.equal(intents.length, 1);
+      t.match(intents, [{ key: held.key, attempts: 1 }], 'the attempt that left is counted');
       const restart = await runClient(['outbox', 'drain', '--json'], {
         ...env,
         CLIENT_BASE_URL: base,
       });
       t.equal(restart.code, 0, restart.err);
-      t.match(JSON.parse(restart.out), {
+      const restartDoc = JSON.parse(restart.out) as { settled: unknown[] };
+      t.equal(restartDoc.settled.length, 1);
+      t.match(restartDoc, {
         settled: [{ key: held.key, state: 'done', answer: { status: 201, replayed: false } }],
       });
       const after = await ledger(w.db, a, b);
@@ -260,7 +267,9 @@ void t.test('the outbox end to end', async (t) => {
         ),
       );
       const listed = await runClient(['outbox', 'list', '--json'], env);
-      t.match(JSON.parse(listed.out), {
+      const listedDoc = JSON.parse(listed.out) as { intents: unknown[] };
+      t.equal(listedDoc.intents.length, 1, 'no new intent, no new key');
+      t.match(listedDoc, {
         intents: [
           {
             key: held.key,
@@ -326,6 +335,7 @@ void t.test('the outbox end to end', async (t) => {
       settled: { state: string; request: { amount: number }; answer: { status: number } }[];
       pending: number;
     };
+    t.equal(doc.settled.length, 1);
     t.match(doc, {
       intent: { state: 'done', request: { amount: 1500 }, answer: { status: 201 } },
       settled: [{ state: 'done', request: { amount: 1000 }, answer: { status: 201 } }],
@@ -450,7 +460,9 @@ void t.test('the outbox end to end', async (t) => {
         'one attempt, no retry',
       );
       const listed = await runClient(['outbox', 'list', '--state', 'failed', '--json'], env);
-      t.match(JSON.parse(listed.out), {
+      const failed = JSON.parse(listed.out) as { intents: unknown[] };
+      t.equal(failed.intents.length, 1);
+      t.match(failed, {
         intents: [
           {
             key,
