@@ -44,7 +44,9 @@ export const EXIT = {
   /**
    * An intent failed: key reuse (422), an expired key, an unexpected answer,
    * an unknown outcome (a 2xx or a stored status without
-   * `Idempotent-Replay` twice in a row); or a key given twice.
+   * `Idempotent-Replay` twice in a row); or a key given twice; or a drain
+   * halted because a server `Date` and the local clock disagree (intents
+   * with an attempt behind them stay pending until the clock is fixed).
    */
   failed: 3,
   /** The outbox cannot be used: locked by another process, unreadable, corrupt, another principal's. */
@@ -87,8 +89,8 @@ Commands that send (transfer, accounts create, outbox drain):
   --concurrency N        CLIENT_CONCURRENCY  intents of different lanes in flight at once, default 4
 Durations: an integer and ms, s, m, h or d (0 alone is zero).
 Exit: 0 done, 1 refused by the server (a marked refusal), 2 usage, 3 failed (key reuse,
-      expired, unexpected, outcome unknown), 4 outbox unusable, 5 token refused, 75 still
-      pending, 130 interrupted, 70 bug.`;
+      expired, unexpected, outcome unknown, the server's clock and this one disagree),
+      4 outbox unusable, 5 token refused, 75 still pending, 130 interrupted, 70 bug.`;
 
 /** A command line the client cannot run; the message is one line naming the flag or variable. */
 export class UsageError extends Error {
@@ -520,6 +522,7 @@ function stopExit(stoppedBy: StopReason): number {
     case 'unauthenticated':
       return EXIT.unauthenticated;
     case 'unexpected_answer':
+    case 'clock_disagreement':
       return EXIT.failed;
     case 'aborted':
       return EXIT.interrupted;

@@ -819,3 +819,71 @@ void t.test(
     });
   },
 );
+
+void t.test(
+  'a server Date far from the local clock holds every intent with an attempt behind it (F1)',
+  async (t) => {
+    const H = 3_600_000;
+    let serverNow = START + 24 * H + 10 * 60_000;
+    const s = await setup(t, (res, seen) => {
+      json(200, { id: 'p1' }, { date: new Date(serverNow).toUTCString() })(res, seen);
+    });
+    // At START a transfer was sent and committed; its process was killed
+    // before the answer, leaving one attempt and the server time behind.
+    const sent = s.outbox.enqueue(transfer(1, ['1'])).intent;
+    s.outbox.recordAttempt(sent.seq, 1, START, START);
+    // The client clock then stepped back 2 hours (more than the 1 hour
+    // margin). At the real START + 24h10m the clock says START + 22h10m.
+    s.clock.now = START + 22 * H + 10 * 60_000;
+    const fresh = s.outbox.enqueue(transfer(2, ['2'])).intent;
+    s.script.push(json(201, { id: 't2' }));
+    const report = await s.sender.drain();
+    t.same(
+      s.seen.map((x) => x.headers['idempotency-key']),
+      [fresh.key],
+      'the intent never attempted is sent; the one attempted before is not',
+    );
+    t.match(s.outbox.get(sent.key), { state: 'pending', attempts: 1, failure: null });
+    t.match(s.outbox.get(fresh.key), { state: 'done' });
+    t.equal(report.stoppedBy, 'clock_disagreement');
+    t.match(report.halt, /2026-06-02T10:10:00\.000Z/, 'the halt names the server time');
+    t.match(report.halt, /2026-06-02T08:10:00\.000Z/, 'and the local time');
+    t.match(
+      s.events.filter((e) => e.type === 'halted'),
+      [{ reason: 'clock_disagreement' }],
+    );
+    t.equal(s.events.filter((e) => e.type === 'halted').length, 1);
+
+    // The server behind the local clock by more than the margin holds it too.
+    serverNow = s.clock.now - 2 * H;
+    const behind = await s.sender.drain();
+    t.equal(s.seen.length, 1, 'still not sent');
+    t.equal(behind.stoppedBy, 'clock_disagreement');
+
+    // Once the clock is fixed the drain goes on as usual: here the key is
+    // 24h10m old, so it is expired, not sent.
+    s.clock.now = serverNow = START + 24 * H + 10 * 60_000;
+    const fixed = await s.sender.drain();
+    t.equal(fixed.stoppedBy, 'empty');
+    t.equal(s.seen.length, 1, 'never sent again');
+    t.match(s.outbox.get(sent.key), { state: 'failed', failure: 'expired', attempts: 1 });
+  },
+);
+
+void t.test(
+  'a server Date far ahead of the local clock stops a repeat of the key (finding 5)',
+  async (t) => {
+    // The original finding 5: the local clock far behind the server. The
+    // answer's Date says 23.5 hours have passed, the clock says none; the
+    // repeat is not sent, whichever clock is right.
+    const s = await setup(t);
+    const { intent } = s.outbox.enqueue(transfer(1));
+    const later = new Date(START + 23.5 * 3_600_000).toUTCString();
+    s.script.push(json(503, { code: 'service_unavailable' }, { date: later }), json(201, {}));
+    const report = await s.sender.drain();
+    t.equal(s.seen.length, 1, 'not sent again once the server said 23.5 hours have passed');
+    t.match(s.outbox.get(intent.key), { state: 'pending', attempts: 1 });
+    t.equal(report.stoppedBy, 'clock_disagreement');
+    t.match(report.halt, /2026-06-02T09:30:00\.000Z/);
+  },
+);

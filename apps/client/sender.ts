@@ -15,7 +15,10 @@
  * on the monotonic clock, less the server's time seen before the intent's
  * first attempt), so a client clock that was ahead when the intent was
  * stated does not make its key look young once corrected. The key expires
- * when either age reaches the TTL less the margin.
+ * when either age reaches the TTL less the margin. A server `Date` more than
+ * the margin from the local clock, either way, halts the sending of every
+ * intent with an attempt behind it in that drain (neither age can then be
+ * trusted); intents never attempted are still sent.
  *
  * Each drain first asks `GET /api/v1/me` who the token belongs to (which
  * also gives the server's time before anything is sent or sent again) and
@@ -104,7 +107,7 @@ export type SendEvent =
   /** The drain stops for something only a person can fix. */
   | {
       readonly type: 'halted';
-      readonly reason: 'unauthenticated' | 'unexpected_answer';
+      readonly reason: 'unauthenticated' | 'unexpected_answer' | 'clock_disagreement';
       readonly detail: string;
     };
 
@@ -121,7 +124,14 @@ export type StopReason =
   /** The server refused the token (401): intents wait for a good one. */
   | 'unauthenticated'
   /** `GET /api/v1/me` gave an answer the API does not give. */
-  | 'unexpected_answer';
+  | 'unexpected_answer'
+  /**
+   * A server `Date` and the local clock disagreed by more than the TTL
+   * margin: intents with an attempt behind them were held, not sent (a
+   * key's age is not known while the clocks disagree), until a person fixes
+   * the clock. Intents never attempted were sent as usual.
+   */
+  | 'clock_disagreement';
 
 /** What a drain did. */
 export interface DrainReport {
@@ -146,6 +156,17 @@ export interface DrainOptions {
   readonly signal?: AbortSignal;
   /** Stop as soon as the intent with this key reaches a final state. */
   readonly target?: string;
+}
+
+/**
+ * What one drain learns as it goes: whether a server `Date` disagreed with
+ * the local clock by more than the margin, and the intents held for it.
+ */
+interface DrainState {
+  /** The halt's detail, naming both times, once a `Date` disagreed. */
+  disagreement?: string;
+  /** The intents not sent for it, by sequence number. */
+  readonly held: Set<number>;
 }
 
 /** An answer as read off the wire. */
@@ -199,6 +220,8 @@ async function readBody(res: Response): Promise<{ text: string; oversize: boolea
 
 /** The headers an answer is recorded with. */
 const KEPT_HEADERS = ['location', 'etag', 'content-type', 'correlation-id'];
+
+const iso = (ms: number): string => new Date(ms).toISOString();
 
 const defaultSleep = (ms: number, signal: AbortSignal): Promise<void> =>
   delay(ms, undefined, { signal });
@@ -329,7 +352,8 @@ export class Sender {
     if (signal.aborted) return report('aborted');
     // Every drain, not only the first: it refreshes the server's time
     // before any intent is sent again (H1).
-    const stop = await this.checkPrincipal(options.deadline, signal);
+    const state: DrainState = { held: new Set() };
+    const stop = await this.checkPrincipal(options.deadline, signal, state);
     if (stop !== undefined) return report(stop.reason, stop.detail);
     const inFlight = this.inFlight;
     // Written by the attempts as they end, read by the loop.
@@ -341,8 +365,20 @@ export class Sender {
       options.target !== undefined &&
       (settled.some((i) => i.key === options.target) ||
         outbox.get(options.target)?.state !== 'pending');
+    // Not sent, nor to be sent in this drain, while the clocks disagree.
+    const targetHeld = (): boolean => {
+      const seq = options.target === undefined ? undefined : outbox.get(options.target)?.seq;
+      return seq !== undefined && state.held.has(seq);
+    };
+    // In flight, or held: not to be started now.
+    const busy = (): Set<number> => new Set([...inFlight.keys(), ...state.held]);
+    const clockHalt = (): DrainReport => {
+      const detail = state.disagreement ?? '';
+      this.emit({ type: 'halted', reason: 'clock_disagreement', detail });
+      return report('clock_disagreement', detail);
+    };
     const start = (intent: Intent): void => {
-      const run = this.attempt(intent, signal, settled)
+      const run = this.attempt(intent, signal, settled, state)
         .then((h) => {
           if (h !== undefined) ended.halt = h;
         })
@@ -354,13 +390,17 @@ export class Sender {
     };
     for (;;) {
       const stopping =
-        ended.failure !== undefined || ended.halt !== undefined || signal.aborted || targetDone();
+        ended.failure !== undefined ||
+        ended.halt !== undefined ||
+        signal.aborted ||
+        targetDone() ||
+        targetHeld();
       const now = this.clock();
       const beforeDeadline = options.deadline === undefined || now < options.deadline;
       if (!stopping && beforeDeadline) {
         const slots = this.options.concurrency - inFlight.size;
         if (slots > 0) {
-          for (const intent of outbox.ready(now, new Set(inFlight.keys()), slots)) start(intent);
+          for (const intent of outbox.ready(now, busy(), slots)) start(intent);
         }
       }
       if (inFlight.size === 0) {
@@ -371,10 +411,11 @@ export class Sender {
         }
         if (aborted()) return report('aborted');
         if (targetDone()) return report('target');
-        const next = outbox.nextAttemptAt();
-        if (next === undefined) return report('empty');
+        if (targetHeld()) return clockHalt();
+        const next = outbox.nextAttemptAt(busy());
+        if (next === undefined) return state.held.size > 0 ? clockHalt() : report('empty');
         if (options.deadline !== undefined && Math.max(next, now) >= options.deadline) {
-          return report('deadline');
+          return state.held.size > 0 ? clockHalt() : report('deadline');
         }
         try {
           await this.sleep(Math.max(0, next - now), signal);
@@ -390,7 +431,7 @@ export class Sender {
       const next =
         stopping || inFlight.size >= this.options.concurrency
           ? undefined
-          : outbox.nextAttemptAt(new Set(inFlight.keys()));
+          : outbox.nextAttemptAt(busy());
       if (next !== undefined && (options.deadline === undefined || next < options.deadline)) {
         const both = AbortSignal.any([signal, wake.signal]);
         waits.push(this.sleep(Math.max(0, next - now), both).catch(() => undefined));
@@ -408,13 +449,33 @@ export class Sender {
    * Takes in a server's `Date`: the high-water mark and the server's clock.
    * A `Date` more than the TTL margin ahead of the local clock is ignored
    * (M4): one absurd date (a gateway's year 9999) would otherwise raise the
-   * mark for good and expire every intent, new ones too.
+   * mark for good and expire every intent, new ones too. A `Date` more than
+   * the margin from the local clock, either way, is a disagreement (F1):
+   * one of the clocks is wrong, and which one is not known, so no intent
+   * with an attempt behind it is sent again in this drain.
    */
-  private observeServer(serverTime: number | undefined): void {
+  private observeServer(serverTime: number | undefined, state: DrainState): void {
     if (serverTime === undefined) return;
-    if (serverTime > this.clock() + this.options.ttlMarginMs) return;
+    const local = this.clock();
+    if (Math.abs(serverTime - local) > this.options.ttlMarginMs) {
+      state.disagreement ??= `the server's Date says ${iso(serverTime)} and the local clock ${iso(local)}, more than the TTL margin (${String(this.options.ttlMarginMs)}ms) apart: the age of a key sent before is not known, so no intent with an attempt behind it is sent; fix the clock, then drain again`;
+    }
+    if (serverTime > local + this.options.ttlMarginMs) return;
     this.options.outbox.observeTime(serverTime);
     this.serverClock = { at: serverTime, mono: this.monotonic() };
+  }
+
+  /**
+   * Whether an intent is held for a clock disagreement: it has an attempt
+   * behind it (counted, or cut off) and a server `Date` of this drain
+   * disagreed with the local clock. A first attempt cannot run anything
+   * twice, so an intent never attempted is not held.
+   */
+  private hold(intent: Intent, state: DrainState): boolean {
+    if (state.disagreement === undefined) return false;
+    if (intent.attempts === 0 && intent.attemptStartedAt === null) return false;
+    state.held.add(intent.seq);
+    return true;
   }
 
   /** The server's time now, as far as its last `Date` tells, or undefined. */
@@ -426,13 +487,14 @@ export class Sender {
   private async checkPrincipal(
     deadline: number | undefined,
     signal: AbortSignal,
+    state: DrainState,
   ): Promise<{ reason: StopReason; detail?: string } | undefined> {
     for (let attempt = 1; ; attempt += 1) {
       let error: string;
       let retryAfterMs: number | undefined;
       try {
         const answer = await this.request('GET', '/api/v1/me', null, undefined, signal);
-        this.observeServer(answer.serverTime);
+        this.observeServer(answer.serverTime, state);
         const cls = classifyAnswer(answer, this.clock());
         const id = answer.status === 200 ? principalId(answer.body) : undefined;
         if (id !== undefined) {
@@ -485,8 +547,12 @@ export class Sender {
     intent: Intent,
     signal: AbortSignal,
     settled: Intent[],
+    state: DrainState,
   ): Promise<{ reason: 'unauthenticated'; detail: string } | undefined> {
     const { outbox, keyTtlMs, ttlMarginMs } = this.options;
+    // Before the age: while the clocks disagree, neither age can be trusted
+    // to show a key the server still keeps (F1).
+    if (this.hold(intent, state)) return undefined;
     const started = this.clock();
     // From when it was stated, or from the key's own time when that is
     // earlier: a key the caller made and may have sent long before it was
@@ -547,7 +613,7 @@ export class Sender {
       this.scheduleRetry(intent, attempt, describeError(err, this.options.timeoutMs), undefined);
       return undefined;
     }
-    this.observeServer(answer.serverTime);
+    this.observeServer(answer.serverTime, state);
     const now = this.clock();
     // The last error read before this attempt: an unmarked answer then
     // makes a second one in a row (M2, M3).
