@@ -175,7 +175,13 @@ function io() {
   let out = '';
   let err = '';
   return {
-    stdout: { write: (s: string) => ((out += s), true) },
+    stdout: {
+      write: (s: string, done?: (err?: Error | null) => void) => {
+        out += s;
+        done?.();
+        return true;
+      },
+    },
     stderr: { write: (s: string) => ((err += s), true) },
     out: () => out,
     err: () => err,
@@ -619,5 +625,68 @@ void t.test(
     const last = Outbox.open(file);
     t.equal(last.list().length, 2);
     last.close();
+  },
+);
+
+void t.test(
+  'an intent is marked reported only once its result has left, never on a write error (F5)',
+  async (t) => {
+    const file = path.join(await tempDir(t), 'outbox.sqlite');
+    const outbox = Outbox.open(file);
+    const { intent } = outbox.enqueue(
+      transferIntent({ from_account_id: ID_A, to_account_id: ID_B, amount: 5 }),
+    );
+    outbox.recordAttempt(intent.seq, 1, Date.now());
+    outbox.recordFinal(intent.seq, {
+      attempts: 1,
+      state: 'done',
+      failure: null,
+      answer: { status: 201, replayed: false, marked: true, headers: {}, body: '{"id":"t1"}' },
+      now: Date.now(),
+    });
+    outbox.close();
+    const env = {
+      CLIENT_OUTBOX: file,
+      CLIENT_BASE_URL: `http://127.0.0.1:${String(await closedPort())}`,
+      CLIENT_TOKEN: 'tok',
+    };
+    const argv = ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '5', '--key', intent.key];
+    // A pipe whose reader went away: the write fails after it was called.
+    let err = '';
+    const broken = {
+      stdout: {
+        write: (_s: string, done?: (e?: Error | null) => void) => {
+          setImmediate(() => done?.(Object.assign(new Error('write EPIPE'), { code: 'EPIPE' })));
+          return false;
+        },
+      },
+      stderr: { write: (s: string) => ((err += s), true) },
+    };
+    await runCli(argv, env, broken);
+    t.match(err, /standard output.*EPIPE.*not marked reported/);
+    const unreported = Outbox.open(file);
+    t.equal(unreported.get(intent.key)?.reportedAt, null, 'not reported: nobody saw it');
+    unreported.close();
+    // A write that has not left yet: the command waits for it.
+    let release: (() => void) | undefined;
+    const slow = {
+      stdout: {
+        write: (_s: string, done?: (e?: Error | null) => void) => {
+          release = () => done?.();
+          return false;
+        },
+      },
+      stderr: { write: () => true },
+    };
+    let ended = false;
+    const running = runCli(argv, env, slow).then((code) => ((ended = true), code));
+    await new Promise((r) => setTimeout(r, 50));
+    t.equal(ended, false, 'the command waits for its result to leave');
+    t.ok(release, 'the result was written');
+    release?.();
+    t.equal(await running, EXIT.ok);
+    const reported = Outbox.open(file);
+    t.type(reported.get(intent.key)?.reportedAt, 'number', 'reported once written');
+    reported.close();
   },
 );

@@ -489,8 +489,28 @@ function isOrigin(text: string): boolean {
 
 /** Where a command writes. */
 export interface Output {
-  readonly stdout: { write(text: string): unknown };
+  /**
+   * Standard output. `write` calls its callback once the text has left
+   * (with an error when it could not), as a Node.js stream does: a result
+   * is marked reported only then, since a write to a pipe completes later
+   * and a kill before it loses the text (F5).
+   */
+  readonly stdout: { write(text: string, done?: (err?: Error | null) => void): unknown };
+  /** Standard error, for progress and messages. */
   readonly stderr: { write(text: string): unknown };
+}
+
+/**
+ * Writes to standard output and waits until the text has left.
+ *
+ * @returns the write's error, or undefined when it was written.
+ */
+function written(out: Output, text: string): Promise<Error | undefined> {
+  return new Promise((resolve) => {
+    out.stdout.write(text, (err) => {
+      resolve(err ?? undefined);
+    });
+  });
 }
 
 /**
@@ -666,14 +686,15 @@ async function run(
     // recorded the answer and before it printed it; the caller reruns the
     // command, and a new intent would move the money again. Its recorded
     // answer is printed instead.
-    const printResult = (
+    const printResult = async (
       intent: Intent,
       created: boolean,
       report: DrainReport | undefined,
-    ): number => {
+    ): Promise<number> => {
       const code = intentExit(intent, report?.stoppedBy);
+      let text: string;
       if (s.json) {
-        print({
+        text = `${JSON.stringify({
           command: command.kind === 'transfer' ? 'transfer' : 'accounts create',
           exit_code: code,
           created,
@@ -682,13 +703,21 @@ async function run(
           pending: outbox.pendingCount(),
           intent: intentJson(intent),
           settled: (report?.settled ?? []).filter((i) => i.key !== intent.key).map(intentJson),
-        });
+        })}\n`;
       } else {
-        out.stdout.write(`${resultLine(intent, !created)}\n`);
-        if (report?.halt !== undefined) out.stderr.write(`client: ${report.halt}\n`);
+        text = `${resultLine(intent, !created)}\n`;
       }
-      // After the print: a kill before it leaves the intent unreported.
-      if (intent.state !== 'pending') outbox.markReported(intent.seq, Date.now());
+      // Once the text has left, not when the write was called (F5): a
+      // kill before the bytes leave a pipe leaves the intent unreported.
+      const error = await written(out, text);
+      if (!s.json && report?.halt !== undefined) out.stderr.write(`client: ${report.halt}\n`);
+      if (error !== undefined) {
+        out.stderr.write(
+          `client: the result of ${intent.key} could not be written to standard output (${error.message}): it is not marked reported\n`,
+        );
+      } else if (intent.state !== 'pending') {
+        outbox.markReported(intent.seq, Date.now());
+      }
       return code;
     };
     if (command.key === undefined && !command.again) {
@@ -703,7 +732,7 @@ async function run(
         out.stderr.write(
           `client: a ${equal.operation} equal to this one was settled under key ${equal.key} but its result was never printed (its command was cut off): this is its recorded answer, nothing is sent; --again states a second one\n`,
         );
-        return printResult(equal, false, undefined);
+        return await printResult(equal, false, undefined);
       }
     }
     const stated = outbox.enqueue(wanted);
@@ -719,7 +748,7 @@ async function run(
       report = await sender.drain({ ...drainOptions, target: stated.intent.key });
     }
     const intent = outbox.get(stated.intent.key) ?? stated.intent;
-    return printResult(intent, stated.created, report);
+    return await printResult(intent, stated.created, report);
   } finally {
     outbox.close();
   }
