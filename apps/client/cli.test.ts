@@ -580,14 +580,19 @@ void t.test('a 2xx whose body is null or not JSON is printed, not a crash (M3)',
 });
 
 void t.test(
-  'killed after the answer was recorded, before it was printed: a rerun prints it, states none (M1)',
+  'killed after the answer was recorded, before it was printed: a rerun is refused, --key prints it (M1, F3)',
   async (t) => {
+    // Changed with F3: the rerun printed the recorded answer and exited 0,
+    // so a new command equal to an intent settled by a drain or a library
+    // caller exited 0 with an old answer while it sent nothing. It is now
+    // refused like a pending one; --key prints the answer.
     const file = path.join(await tempDir(t), 'outbox.sqlite');
     const outbox = Outbox.open(file);
     const { intent } = outbox.enqueue(
       transferIntent({ from_account_id: ID_A, to_account_id: ID_B, amount: 5 }),
     );
-    // What a process killed between recordFinal and its print leaves behind.
+    // What a process killed between recordFinal and its print leaves behind
+    // (or a drain, or a library caller, that settled it).
     outbox.recordAttempt(intent.seq, 1, Date.now());
     outbox.recordFinal(intent.seq, {
       attempts: 1,
@@ -611,9 +616,23 @@ void t.test(
     const argv = ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '5', '--wait', '0'];
     const o = io();
     const code = await runCli(argv, env, o);
-    t.equal(code, EXIT.ok, `the recorded answer's exit: ${o.err()}`);
-    t.match(o.err(), new RegExp(`^client: .*${intent.key}.*never printed.*--again`));
-    t.match(o.out(), new RegExp(`^transfer ${intent.key}: 201 created: transfer t1 moved 5`));
+    t.equal(code, EXIT.failed, `refused, never 0 for an intent it did not state: ${o.err()}`);
+    t.match(
+      o.err(),
+      new RegExp(`^client: .*${intent.key}.*done.*--key ${intent.key}.*prints its answer.*--again`),
+    );
+    t.equal(o.out(), '', 'no answer printed as if this command had stated it');
+    const json = io();
+    t.equal(await runCli([...argv, '--json'], env, json), EXIT.failed);
+    t.equal(json.out(), '');
+    const unreported = Outbox.open(file);
+    t.equal(unreported.list().length, 1, 'no new intent, no new key');
+    t.equal(unreported.get(intent.key)?.reportedAt, null);
+    unreported.close();
+    // --key names it: its recorded answer is printed and it is reported.
+    const byKey = io();
+    t.equal(await runCli([...argv, '--key', intent.key], env, byKey), EXIT.ok, byKey.err());
+    t.match(byKey.out(), new RegExp(`^transfer ${intent.key}: 201 created: transfer t1 moved 5`));
     const after = Outbox.open(file);
     const intents = after.list();
     after.close();

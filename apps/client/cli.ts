@@ -75,8 +75,8 @@ Every command (flag, or environment variable):
   --json                                     results as one JSON document, progress as JSON lines
 A transfer or account creation equal to one still pending is refused (exit 3): deliver
 that one with "client outbox drain" (or --key KEY); one equal to an intent settled but whose
-result was never printed (its command was killed) prints that result instead, sending
-nothing; --again states a second one on purpose.
+result was never printed (its command was killed, or a drain settled it) is refused too
+(exit 3): the same command with --key KEY prints its answer; --again states a second one.
 Commands that send (transfer, accounts create, outbox drain):
   --base-url URL         CLIENT_BASE_URL     the server's origin, e.g. http://127.0.0.1:3000 (required)
   --token TOKEN          CLIENT_TOKEN        the bearer token (required; prefer the variable)
@@ -683,9 +683,9 @@ async function run(
     // would move twice (review). Without --key, an equal pending intent is
     // delivered by a drain, not stated again, unless --again says so.
     // Settled but never reported (M1): the process was killed after it
-    // recorded the answer and before it printed it; the caller reruns the
-    // command, and a new intent would move the money again. Its recorded
-    // answer is printed instead.
+    // recorded the answer and before it printed it, or a drain or a library
+    // caller settled it; the caller reruns the command, and a new intent
+    // would move the money again. It is refused like a pending one (F3).
     const printResult = async (
       intent: Intent,
       created: boolean,
@@ -729,10 +729,14 @@ async function run(
         return EXIT.failed;
       }
       if (equal !== undefined) {
+        // Refused like a pending one (F3): it may have been settled by a
+        // drain or a library caller, and this command did not state it, so
+        // its answer is not this command's to print, nor its exit 0.
+        const failure = equal.failure === null ? '' : ` (${equal.failure})`;
         out.stderr.write(
-          `client: a ${equal.operation} equal to this one was settled under key ${equal.key} but its result was never printed (its command was cut off): this is its recorded answer, nothing is sent; --again states a second one\n`,
+          `client: a ${equal.operation} equal to this one was stated under key ${equal.key} and is ${equal.state}${failure}, but its result was never printed: the same command with --key ${equal.key} prints its answer, sending nothing; --again states a second one\n`,
         );
-        return await printResult(equal, false, undefined);
+        return EXIT.failed;
       }
     }
     const stated = outbox.enqueue(wanted);
