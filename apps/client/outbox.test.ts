@@ -402,3 +402,33 @@ void t.test('an outbox opened only if it exists is never created', async (t) => 
   t.same(existing.list(), [], 'an existing outbox opens');
   existing.close();
 });
+
+void t.test(
+  'a path with a control character is refused, stated or read, as a URL parser drops tab, CR and LF (F2)',
+  async (t) => {
+    const file = await tempFile(t);
+    const outbox = Outbox.open(file);
+    // new URL('/\t/evil.example/x', origin) is http://evil.example/x.
+    for (const path of ['/\t/evil.example/x', '/\r/evil.example/x', '/\n/evil.example/x']) {
+      t.throws(() => outbox.enqueue({ ...transfer(5), path }), {
+        name: 'RangeError',
+        message: /control character/,
+      });
+    }
+    for (const path of ['/api/v1/trans\u0000fers', '/api/v1/transfers\u007f', '/a\u001fb']) {
+      t.throws(() => outbox.enqueue({ ...transfer(5), path }), /control character/);
+    }
+    t.equal(outbox.list().length, 0, 'nothing was stated');
+    const { intent } = outbox.enqueue(transfer(5));
+    outbox.close();
+    const db = new DatabaseSync(file);
+    db.prepare('update intents set path = ? where seq = ?').run('/\t/evil.example/x', intent.seq);
+    db.close();
+    const o = Outbox.open(file);
+    t.throws(() => o.ready(0, new Set(), 10), {
+      name: 'OutboxCorruptError',
+      message: new RegExp(`row ${String(intent.seq)} .*path`),
+    });
+    o.close();
+  },
+);

@@ -141,7 +141,7 @@ export interface NewIntent {
   readonly method: WriteMethod;
   /**
    * The path from the origin, starting with `/` but not `//`, without a
-   * query (keyed requests take none).
+   * query (keyed requests take none) and without control characters.
    */
   readonly path: string;
   /** The JSON body, or undefined for none; it is kept and sent in its RFC 8785 form. */
@@ -207,6 +207,13 @@ const METHODS: readonly string[] = ['POST', 'PUT', 'PATCH', 'DELETE'];
  * would go to that host (L5).
  */
 const OTHER_HOST = /^\/[/\\]/;
+/**
+ * A control character (C0 or DEL): a URL parser drops tab, CR and LF, so
+ * `/\t/host/...` reads as `//host/...`, another host, which would get the
+ * token (F2); none belongs in a path of this API.
+ */
+// eslint-disable-next-line no-control-regex
+const CONTROL = /[\u0000-\u001f\u007f]/;
 const STATES: readonly string[] = ['pending', 'done', 'failed'];
 const SYNCHRONOUS = ['off', 'normal', 'full', 'extra'];
 /** SQLite's result codes met when opening (sqlite3.h). */
@@ -417,8 +424,8 @@ export class Outbox {
    *   outbox already for the same method, path and body).
    * @throws IntentConflictError when the key is in the outbox for another request.
    * @throws RangeError for a key that is not a UUIDv7, a path that does not
-   *   start with `/`, starts with `//` or has a query, an empty lane or an
-   *   unknown method.
+   *   start with `/`, starts with `//`, holds a control character or has a
+   *   query, an empty lane or an unknown method.
    */
   enqueue(intent: NewIntent): { intent: Intent; created: boolean } {
     const db = this.open;
@@ -428,6 +435,11 @@ export class Outbox {
     }
     if (!intent.path.startsWith('/')) {
       throw new RangeError(`path must start with "/", got "${intent.path}"`);
+    }
+    if (CONTROL.test(intent.path)) {
+      throw new RangeError(
+        `path must not hold a control character (a URL parser drops tab, CR and LF, so it could name another host, which would get the token); got ${JSON.stringify(intent.path)}`,
+      );
     }
     if (OTHER_HOST.test(intent.path)) {
       throw new RangeError(
@@ -788,7 +800,12 @@ export class Outbox {
     const method = text('method');
     if (!METHODS.includes(method)) bad('method', `is not one of ${METHODS.join(', ')}`);
     const path = text('path');
-    if (!path.startsWith('/') || path.includes('?') || OTHER_HOST.test(path)) {
+    if (
+      !path.startsWith('/') ||
+      path.includes('?') ||
+      OTHER_HOST.test(path) ||
+      CONTROL.test(path)
+    ) {
       bad('path', 'is not a path of the origin without a query');
     }
     const rawBody = row['body'];

@@ -887,3 +887,25 @@ void t.test(
     t.match(report.halt, /2026-06-02T09:30:00\.000Z/);
   },
 );
+
+void t.test(
+  'a path that resolves to another origin is never sent, nor the token with it (F2)',
+  async (t) => {
+    const s = await setup(t);
+    const other = await scripted(t);
+    const { intent } = s.outbox.enqueue(transfer(1));
+    // A row the outbox would refuse, as a sender fed by another source
+    // might still meet: tab, CR and LF are dropped by the URL parser.
+    const hostPort = new URL(other.base).host;
+    const ready = s.outbox.ready.bind(s.outbox);
+    s.outbox.ready = (...args) =>
+      ready(...args).map((i) => ({ ...i, path: `/\t/${hostPort}/api/v1/transfers` }));
+    await t.rejects(s.sender.drain(), {
+      name: 'OutboxCorruptError',
+      message: /another origin/,
+    });
+    t.equal(other.seen.length, 0, 'the other origin got nothing');
+    t.equal(s.seen.length, 0, 'nor did the origin');
+    t.match(s.outbox.get(intent.key), { state: 'pending', attempts: 0, attemptStartedAt: null });
+  },
+);

@@ -29,6 +29,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import {
   keyTime,
   Outbox,
+  OutboxCorruptError,
   OutboxError,
   type FailureReason,
   type Intent,
@@ -578,6 +579,9 @@ export class Sender {
       this.emit({ type: 'expired', intent: expired, ageMs });
       return undefined;
     }
+    // Before anything is recorded or sent: a path resolving to another
+    // origin would take the token there (F2).
+    this.url(intent.path);
     const attempt = intent.attempts + 1;
     // Counted, durably, before the first byte leaves (finding 6): a crash
     // during the attempt leaves the count true, and the count is how a
@@ -697,6 +701,23 @@ export class Sender {
     });
   }
 
+  /**
+   * A path resolved against the origin, which it must stay on.
+   *
+   * @throws OutboxCorruptError when it resolves to another origin (a row
+   *   the outbox would refuse, e.g. `/\t/host/x`, as the URL parser drops
+   *   tab, CR and LF): nothing is sent.
+   */
+  private url(path: string): URL {
+    const url = new URL(path, this.origin);
+    if (url.origin !== this.origin.origin) {
+      throw new OutboxCorruptError(
+        `the path ${JSON.stringify(path)} resolves to another origin (${url.origin}), which would get the token; it is not sent: repair or remove the intent`,
+      );
+    }
+    return url;
+  }
+
   private async request(
     method: string,
     path: string,
@@ -704,11 +725,13 @@ export class Sender {
     key: string | undefined,
     signal: AbortSignal,
   ): Promise<WireAnswer> {
+    // Checked before the token is attached.
+    const url = this.url(path);
     const headers: Record<string, string> = { authorization: `Bearer ${this.options.token}` };
     if (body !== null) headers['content-type'] = 'application/json';
     if (key !== undefined) headers['idempotency-key'] = key;
     const both = AbortSignal.any([signal, AbortSignal.timeout(this.options.timeoutMs)]);
-    const res = await this.fetch(new URL(path, this.origin), {
+    const res = await this.fetch(url, {
       method,
       headers,
       body,
