@@ -4,7 +4,7 @@
  * `outbox list`. Pure functions of what the outbox and the sender report.
  */
 import type { Intent, IntentState } from './outbox.js';
-import type { SendEvent } from './sender.js';
+import { OVERSIZE_NOTE, type SendEvent } from './sender.js';
 
 /** The JSON form of an intent, as `--json` prints it. */
 export interface IntentJson {
@@ -180,6 +180,9 @@ export function outcome(intent: Intent): string {
   if (intent.failure === 'key_reuse') {
     return `${String(a.status)}${code}: the key was used for another request, a bug of the caller; not sent again, and no new key is made`;
   }
+  if (intent.failure === 'outcome_unknown' && intent.lastError === OVERSIZE_NOTE) {
+    return `outcome unknown: ${String(a.status)} with a body over 1 MiB, not read, so what it says is not known (it may be the key's committed answer); an attempt may have taken effect: ${checkAdvice(intent)} before stating it again as a new intent; not sent again`;
+  }
   if (intent.failure === 'outcome_unknown') {
     return `outcome unknown: ${String(a.status)}${code}${detail} without Idempotent-Replay, so not the key's stored answer (a gateway's, or a refusal before the key was looked up), and the repeat got no marked answer either; an attempt may have taken effect: ${checkAdvice(intent)} before stating it again as a new intent; not sent again`;
   }
@@ -231,6 +234,9 @@ export function resultLine(intent: Intent, fromOutbox: boolean): string {
   if (a !== null && a.status >= 200 && a.status < 300) {
     const parsed = parseOr(a.body);
     const replay = a.replayed ? ' (a replay of the stored answer)' : '';
+    if (intent.lastError === OVERSIZE_NOTE) {
+      return `${prefix}: ${String(a.status)}, the key's answer, its body over 1 MiB not kept${replay}${again}`;
+    }
     // Checked before it is read: the answer is recorded already, and a body
     // that is null, not JSON or not an object must not throw now (M3).
     if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {

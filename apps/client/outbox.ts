@@ -173,6 +173,11 @@ export interface FinalRecord {
   readonly answer: RecordedAnswer;
   /** The current time in milliseconds since the epoch. */
   readonly now: number;
+  /**
+   * A note on the answer, kept as the intent's last error, e.g. that its
+   * body was too large to keep; default none (the last error is left).
+   */
+  readonly note?: string;
 }
 
 /** Options of {@link Outbox.open}. */
@@ -626,7 +631,7 @@ export class Outbox {
       seq,
       `update intents set state = ?, failure = ?, attempts = ?, attempt_started_at = null,
               status = ?, replayed = ?, marked = ?, answer_headers = ?, answer_body = ?,
-              finished_at = ?
+              finished_at = ?, last_error = coalesce(?, last_error)
         where seq = ? and state = 'pending'`,
       [
         record.state,
@@ -638,6 +643,7 @@ export class Outbox {
         JSON.stringify(answer.headers),
         answer.body,
         record.now,
+        record.note ?? null,
         seq,
       ],
       record.now,

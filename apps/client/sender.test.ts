@@ -12,6 +12,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import t, { type Test } from 'tap';
+import { outcome, resultLine } from './cli-output.js';
 import { newKey, Outbox, type NewIntent } from './outbox.js';
 import { Sender, type SendEvent, type SenderOptions } from './sender.js';
 
@@ -784,39 +785,66 @@ void t.test(
 );
 
 void t.test(
-  'an answer body over 1 MiB is not read whole: unexpected, or outcome_unknown after an attempt (L1)',
+  'an answer body over 1 MiB is not read whole, and is classified by its status and marker first (L1, F4)',
   async (t) => {
+    // Changed with F4: an oversize answer was failed before it was
+    // classified (unexpected_answer on a first attempt), so a 503 was not
+    // retried and the committed 201 was failed.
     const s = await setup(t);
-    const big = s.outbox.enqueue(transfer(1, ['1'])).intent;
-    const after = s.outbox.enqueue(transfer(2, ['2'])).intent;
-    const huge = (res: http.ServerResponse): void => {
-      res.writeHead(201, { 'content-type': 'application/json', 'idempotent-replay': 'false' });
-      res.end(`"${'x'.repeat(1024 * 1024)}"`);
-    };
+    const intents = [1, 2, 3, 4, 5].map((n) => s.outbox.enqueue(transfer(n, [String(n)])).intent);
+    const huge =
+      (status: number, marked = true): Reply =>
+      (res) => {
+        res.writeHead(status, {
+          'content-type': 'application/json',
+          ...(marked ? { 'idempotent-replay': 'false' } : {}),
+        });
+        res.end(`"${'x'.repeat(1024 * 1024)}"`);
+      };
     const byAmount = new Map<number, Reply[]>([
-      [1, [huge]],
-      [2, [json(503, {}), huge]],
+      // The key's committed answer, marked: done, its body not kept.
+      [1, [huge(201)]],
+      // A retryable status is retried whatever its body.
+      [2, [huge(503, false), json(201, { id: 't2' })]],
+      // 409 request_in_progress cannot be told from a conflict without its body.
+      [3, [huge(409)]],
+      // Any other oversize answer may hide the committed one.
+      [4, [huge(404)]],
+      [5, [huge(201, false)]],
     ]);
     const reply: Reply = (res, seen) => {
       const amount = (JSON.parse(seen.body) as { amount: number }).amount;
       const next = byAmount.get(amount)?.shift() ?? json(500, {});
       return next(res, seen);
     };
-    for (let i = 0; i < 3; i += 1) s.script.push(reply);
+    for (let i = 0; i < 6; i += 1) s.script.push(reply);
     await s.sender.drain();
-    t.equal(s.seen.length, 3);
-    t.match(s.outbox.get(big.key), {
-      state: 'failed',
-      failure: 'unexpected_answer',
+    t.equal(s.seen.length, 6);
+    const [done, retried, conflict, refused, unmarkedBig] = intents.map((i) => s.outbox.get(i.key));
+    t.match(done, {
+      state: 'done',
+      failure: null,
       attempts: 1,
-      answer: { status: 201 },
+      answer: { status: 201, marked: true, body: '' },
+      lastError: /over 1048576 bytes, not kept/,
     });
-    t.ok((s.outbox.get(big.key)?.answer?.body.length ?? Infinity) <= 1024 * 1024);
-    t.match(s.outbox.get(after.key), {
-      state: 'failed',
-      failure: 'outcome_unknown',
-      attempts: 2,
-    });
+    t.match(retried, { state: 'done', attempts: 2, answer: { status: 201, body: '{"id":"t2"}' } });
+    t.match(retried?.lastError, /^503/);
+    for (const [name, intent, status] of [
+      ['409', conflict, 409],
+      ['404', refused, 404],
+      ['unmarked 201', unmarkedBig, 201],
+    ] as const) {
+      t.match(
+        intent,
+        { state: 'failed', failure: 'outcome_unknown', attempts: 1, answer: { status, body: '' } },
+        name,
+      );
+    }
+    if (done !== undefined && refused !== undefined) {
+      t.match(resultLine(done, false), /: 201, the key.s answer, its body over 1 MiB not kept$/);
+      t.match(outcome(refused), /^outcome unknown: 404 with a body over 1 MiB, not read/);
+    }
   },
 );
 

@@ -219,6 +219,12 @@ async function readBody(res: Response): Promise<{ text: string; oversize: boolea
   return { text: Buffer.concat(chunks).toString('utf8'), oversize: false };
 }
 
+/**
+ * The last error of an intent whose final answer had a body over
+ * {@link MAX_BODY_BYTES}: its recorded body is empty.
+ */
+export const OVERSIZE_NOTE = `the answer body is over ${String(MAX_BODY_BYTES)} bytes, not kept`;
+
 /** The headers an answer is recorded with. */
 const KEPT_HEADERS = ['location', 'etag', 'content-type', 'correlation-id'];
 
@@ -623,8 +629,13 @@ export class Sender {
     // makes a second one in a row (M2, M3).
     const previousUnmarked = intent.lastError?.startsWith(UNMARKED) === true;
     const cls = classifyAnswer({ ...answer, previousUnmarked }, now);
-    const final = (state: 'done' | 'failed', failure: FailureReason | null): void => {
+    const final = (
+      state: 'done' | 'failed',
+      failure: FailureReason | null,
+      note?: string,
+    ): void => {
       outbox.recordFinal(intent.seq, {
+        ...(note === undefined ? {} : { note }),
         attempts: attempt,
         state,
         failure,
@@ -642,12 +653,19 @@ export class Sender {
       this.emit({ type: 'settled', intent: recorded });
     };
     if (answer.oversize) {
-      // Not read whole (L1): not an answer of this API, whose key's fate
-      // is not known when an earlier attempt (one cut off included) may
-      // have reached the server.
-      const earlier = intent.attempts > 0 || intent.attemptStartedAt !== null;
-      final('failed', earlier ? 'outcome_unknown' : 'unexpected_answer');
-      return undefined;
+      // Not read whole (L1), but classified by its status and marker first
+      // (F4): its headers were read. Without the body, a 409 may be
+      // request_in_progress or the key's stored conflict, and a 422 key
+      // reuse or a stored refusal; any answer but a retryable status, a
+      // 401 or a marked 2xx may hide the committed answer, on a first
+      // attempt too.
+      const repeated =
+        answer.status !== 409 && (cls.kind === 'retry' || cls.kind === 'unauthenticated');
+      if (!repeated) {
+        const done = answer.status >= 200 && answer.status < 300 && answer.marked;
+        final(done ? 'done' : 'failed', done ? null : 'outcome_unknown', OVERSIZE_NOTE);
+        return undefined;
+      }
     }
     switch (cls.kind) {
       case 'final':
