@@ -398,3 +398,37 @@ void t.test('a version 2 file is migrated to version 3 with its rows unchanged',
   );
   kept.close();
 });
+
+void t.test(
+  'a version 3 file written before reported_at gets it, its settled rows reported when they settled (F8)',
+  async (t) => {
+    const file = await tempFile(t);
+    const db = new DatabaseSync(file);
+    db.exec('pragma journal_mode = wal');
+    db.exec(
+      V1_SCHEMA.replace(
+        /create table intents \([^;]*\) strict;/,
+        V2_INTENTS.replace(
+          'attempt_started_at integer,',
+          'attempt_started_at integer,\n  server_anchor integer,',
+        ),
+      ).replace("'schema_version', '1'", "'schema_version', '3'"),
+    );
+    db.exec(`insert into intents (key, operation, method, path, body, lanes, created_at, attempts)
+             values ('${KEYS[0] ?? ''}', 'createTransfer', 'POST', '/api/v1/transfers', '${BODY}',
+               '[]', 1_000, 0)`);
+    db.exec(`insert into intents (key, operation, method, path, body, lanes, created_at, state,
+               attempts, status, replayed, marked, answer_headers, answer_body, finished_at)
+             values ('${KEYS[1] ?? ''}', 'createTransfer', 'POST', '/api/v1/transfers', '${BODY}',
+               '[]', 1_100, 'done', 1, 201, 0, 1, '{}', '{"id":"t"}', 1_200)`);
+    db.close();
+    const outbox = Outbox.open(file);
+    const intents = outbox.list();
+    outbox.close();
+    t.equal(intents.length, 2);
+    t.match(intents, [
+      { seq: 1, state: 'pending', reportedAt: null },
+      { seq: 2, state: 'done', reportedAt: 1_200 },
+    ]);
+  },
+);

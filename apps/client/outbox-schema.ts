@@ -161,10 +161,12 @@ export function prepareSchema(db: DatabaseSync, file: string, create: boolean): 
   }
   if (version?.['value'] === SCHEMA_VERSION) {
     // A version 3 file written before `reported_at` was added to it (never
-    // released): a nullable column is added in place.
+    // released): a nullable column is added in place, and its settled rows
+    // count as reported when they settled, as a migration's do (F8).
     const columns = db.prepare('pragma table_info(intents)').all();
     if (!columns.some((c) => c['name'] === 'reported_at')) {
       db.exec('alter table intents add column reported_at integer');
+      db.exec(`update intents set reported_at = finished_at where state <> 'pending'`);
     }
     return;
   }

@@ -432,3 +432,29 @@ void t.test(
     o.close();
   },
 );
+
+void t.test(
+  'the server anchor is kept only at the first attempt, never at a later one (F6)',
+  async (t) => {
+    const file = await tempFile(t);
+    const outbox = Outbox.open(file);
+    const later = outbox.enqueue(transfer(1, ['1'])).intent;
+    // A first attempt while no server time was known: no anchor.
+    outbox.recordAttempt(later.seq, 1, 1_000);
+    outbox.recordRetry(later.seq, 1, 2_000, '503');
+    outbox.recordAttempt(later.seq, 2, 2_000, 1_900);
+    t.equal(outbox.get(later.key)?.serverAnchor, null, 'a later attempt sets none');
+    // An attempt cut off (no count, as a version 1 row migrated) is an attempt too.
+    const cut = outbox.enqueue(transfer(2, ['2'])).intent;
+    outbox.recordAttempt(cut.seq, 0, 1_000);
+    outbox.recordAttempt(cut.seq, 1, 3_000, 2_900);
+    t.equal(outbox.get(cut.key)?.serverAnchor, null, 'nor one after an attempt cut off');
+    const first = outbox.enqueue(transfer(3, ['3'])).intent;
+    outbox.recordAttempt(first.seq, 1, 4_000, 3_900);
+    t.equal(outbox.get(first.key)?.serverAnchor, 3_900, 'the first attempt sets it');
+    outbox.recordRetry(first.seq, 1, 5_000, '503');
+    outbox.recordAttempt(first.seq, 2, 5_000, 4_900);
+    t.equal(outbox.get(first.key)?.serverAnchor, 3_900, 'and it stays');
+    outbox.close();
+  },
+);

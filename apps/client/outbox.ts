@@ -584,14 +584,18 @@ export class Outbox {
    * @param attempts the attempts made so far, this one included.
    * @param now the current time in milliseconds since the epoch.
    * @param serverTime the server's time now, as far as it is known; kept
-   *   as the intent's {@link Intent.serverAnchor} when it has none yet.
+   *   as the intent's {@link Intent.serverAnchor} when this is its first
+   *   attempt (no attempt counted or cut off before) and it has none yet:
+   *   a server time seen at a later attempt may be after the server's first
+   *   sight of the key, and would understate its age (F6).
    * @throws OutboxError when no pending intent has that number.
    */
   recordAttempt(seq: number, attempts: number, now: number, serverTime?: number): void {
     this.update(
       seq,
       `update intents set attempts = ?, attempt_started_at = ?,
-              server_anchor = coalesce(server_anchor, ?)
+              server_anchor = case when attempts = 0 and attempt_started_at is null
+                                   then coalesce(server_anchor, ?) else server_anchor end
         where seq = ? and state = 'pending'`,
       [attempts, now, serverTime ?? null, seq],
       now,
