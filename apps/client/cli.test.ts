@@ -132,6 +132,19 @@ void t.test('each bad flag or variable is refused in one line naming it', (t) =>
       /^--timeout \(1s\) must be less than --ttl-margin/,
     ],
     [transfer, { ...env, CLIENT_WAIT: '-1s' }, /^CLIENT_WAIT must be a duration/],
+    // Timers hold at most 2^31 - 1 ms: a longer one fires after 1 ms.
+    [
+      [...transfer, '--key-ttl', '40d', '--ttl-margin', '30d', '--timeout', '25d'],
+      env,
+      /^--timeout must be a duration of at most 24d, got "25d"/,
+    ],
+    [[...transfer, '--wait', '25d'], env, /^--wait must be a duration of at most 24d/],
+    [[...transfer, '--retry-cap', '25d'], env, /^--retry-cap must be a duration of at most 24d/],
+    [
+      [...transfer, '--outbox', 'file:o.sqlite?nolock=1'],
+      env,
+      /^--outbox must be a file path, not a file: URI/,
+    ],
     [
       transfer,
       { ...env, CLIENT_CONCURRENCY: '0' },

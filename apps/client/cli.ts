@@ -179,6 +179,8 @@ type Flag = keyof typeof OPTIONS;
 type Values = Partial<Record<Flag, string | boolean>>;
 
 const COMMON: readonly Flag[] = ['outbox', 'json', 'help'];
+/** The longest duration given to a timer: 24 days, below Node.js's 2^31 - 1 ms. */
+const TIMER_MAX_MS = 24 * 86_400_000;
 const SENDING: readonly Flag[] = [
   'base-url',
   'token',
@@ -302,7 +304,15 @@ export function parseCommandLine(argv: readonly string[], env: Environment): Com
     }
     return s;
   };
-  const common: CommonSettings = { outbox: required('outbox').text, json: values.json === true };
+  const outboxFile = required('outbox');
+  // node:sqlite reads a name starting with file: as a URI, whose options
+  // (nolock=1, mode=memory) would undo the one-writer lock or durability.
+  if (/^file:/i.test(outboxFile.text)) {
+    throw new UsageError(
+      `${outboxFile.name} must be a file path, not a file: URI, got "${outboxFile.text}" (write ./${outboxFile.text} for a file of that name)`,
+    );
+  }
+  const common: CommonSettings = { outbox: outboxFile.text, json: values.json === true };
   if (kind === 'outbox-list') {
     const state = values.state;
     if (state !== undefined && state !== 'pending' && state !== 'done' && state !== 'failed') {
@@ -420,7 +430,7 @@ function sendSettings(
     );
   }
   const token = required('token').text;
-  const duration = (flag: Flag, min: number): { ms: number; s: Source } => {
+  const duration = (flag: Flag, min: number, timer = false): { ms: number; s: Source } => {
     const s = required(flag);
     const ms = parseDuration(s.text);
     if (ms === undefined) {
@@ -431,13 +441,18 @@ function sendSettings(
         `${s.name} must be a duration of at least ${String(min)}ms, got "${s.text}"`,
       );
     }
+    // Node.js timers hold at most 2^31 - 1 ms (about 24.8 days); a longer
+    // one fires after 1 ms.
+    if (timer && ms > TIMER_MAX_MS) {
+      throw new UsageError(`${s.name} must be a duration of at most 24d, got "${s.text}"`);
+    }
     return { ms, s };
   };
   const ttl = duration('key-ttl', 1);
   const margin = duration('ttl-margin', 0);
-  const timeout = duration('timeout', 1);
-  const retryBase = duration('retry-base', 1);
-  const retryCap = duration('retry-cap', 1);
+  const timeout = duration('timeout', 1, true);
+  const retryBase = duration('retry-base', 1, true);
+  const retryCap = duration('retry-cap', 1, true);
   const shown = (d: { s: Source }): string => `${d.s.name} (${d.s.text})`;
   if (margin.ms >= ttl.ms) {
     throw new UsageError(`${shown(margin)} must be less than ${shown(ttl)}`);
@@ -464,7 +479,7 @@ function sendSettings(
     keyTtlMs: ttl.ms,
     ttlMarginMs: margin.ms,
     timeoutMs: timeout.ms,
-    waitMs: duration('wait', 0).ms,
+    waitMs: duration('wait', 0, true).ms,
     retryBaseMs: retryBase.ms,
     retryCapMs: retryCap.ms,
     concurrency,

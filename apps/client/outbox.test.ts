@@ -363,9 +363,14 @@ void t.test('an outbox is a WAL file: memory and other journal modes are refused
     () => Outbox.open('file::memory:'),
     {
       name: 'OutboxOpenError',
-      message: /^cannot open outbox file::memory:: its journal mode is memory, not wal/,
+      message: /^cannot open outbox file::memory:: a file: URI is not a file path/,
     },
-    'a URI for memory is caught by its journal mode',
+    'a URI for memory is refused as a URI',
+  );
+  t.throws(
+    () => Outbox.open('FILE:o.sqlite?nolock=1'),
+    { name: 'OutboxOpenError', message: /a file: URI is not a file path/ },
+    'a URI whose options would drop the lock is refused (node:sqlite reads file: names as URIs)',
   );
   t.throws(
     () => Outbox.open(''),

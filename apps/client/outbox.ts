@@ -318,7 +318,7 @@ export class Outbox {
    * @throws OutboxOpenError when the file cannot be opened, is not a SQLite
    *   database, holds other tables, was written by a newer client, or is of
    *   schema version 1 or 2 and its migration to version 3 failed (it is left as
-   *   it was); when it is `:memory:` or its journal mode does not become WAL
+   *   it was); when it is `:memory:` or a `file:` URI, or its journal mode does not become WAL
    *   (an in-memory or temporary database); when `options.create` is false
    *   and the file is missing or empty.
    */
@@ -326,6 +326,13 @@ export class Outbox {
     if (file === ':memory:') {
       throw new OutboxOpenError(
         `cannot open outbox ${file}: an outbox in memory is lost with the process; give a file`,
+      );
+    }
+    if (/^file:/i.test(file)) {
+      // node:sqlite reads such a name as a URI, whose options (nolock=1,
+      // mode=memory) would undo the one-writer lock or the durability.
+      throw new OutboxOpenError(
+        `cannot open outbox ${file}: a file: URI is not a file path; write ./${file} for a file of that name`,
       );
     }
     const create = options.create ?? true;
