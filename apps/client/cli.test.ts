@@ -9,6 +9,7 @@
 import { spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import fs from 'node:fs/promises';
+import { closeSync, openSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
@@ -416,6 +417,44 @@ void t.test(
 );
 
 void t.test(
+  'the entry point: standard output that cannot be written is exit 74, not a crash with exit 1 (R3)',
+  async (t) => {
+    const dir = await tempDir(t);
+    const file = path.join(dir, 'o.sqlite');
+    const o = Outbox.open(file);
+    o.enqueue({
+      operation: 'createAccount',
+      method: 'POST',
+      path: '/api/v1/accounts',
+      body: { name: 'A', opening_balance: 0 },
+    });
+    o.close();
+    const full = openSync('/dev/full', 'w');
+    t.teardown(() => {
+      closeSync(full);
+    });
+    const run = spawnSync(
+      process.execPath,
+      ['--import', 'tsx', path.join(root, 'apps/client/main.ts'), 'outbox', 'list'],
+      {
+        cwd: root,
+        env: {
+          PATH: process.env['PATH'] ?? '/usr/bin:/bin',
+          HOME: process.env['HOME'] ?? '/tmp',
+          _TAPJS_PROCESSINFO_COVERAGE_: '0',
+          CLIENT_OUTBOX: file,
+        },
+        encoding: 'utf8',
+        stdio: ['ignore', full, 'pipe'],
+      },
+    );
+    t.equal(run.status, 74, run.stderr);
+    t.match(run.stderr, /^client: standard output could not be written/m);
+    t.notMatch(run.stderr, /Unhandled|at .*\.js:\d+/, 'no stack trace');
+  },
+);
+
+void t.test(
   'the entry point: exit 2 in one line for a bad flag, no warning on standard error',
   async (t) => {
     const dir = await tempDir(t);
@@ -694,7 +733,11 @@ void t.test(
       },
       stderr: { write: (s: string) => ((err += s), true) },
     };
-    await runCli(argv, env, broken);
+    t.equal(
+      await runCli(argv, env, broken),
+      74,
+      'exit 74: the result was not seen, never 1 (refused) or 0 (R3)',
+    );
     t.match(err, /standard output.*EPIPE.*not marked reported/);
     const unreported = Outbox.open(file);
     t.equal(unreported.get(intent.key)?.reportedAt, null, 'not reported: nobody saw it');

@@ -55,6 +55,12 @@ export const EXIT = {
   unauthenticated: 5,
   /** A bug in the client (the message has the stack). */
   bug: 70,
+  /**
+   * Standard output could not be written (a closed pipe, a full disk): the
+   * result was not seen. The command's intent is not marked reported, so
+   * the same command again prints it instead of stating a second one.
+   */
+  output: 74,
   /** Still pending when `--wait` ran out: a later command or `outbox drain` sends it. */
   pending: 75,
   /** Interrupted by SIGINT or SIGTERM: intents stay pending. */
@@ -730,9 +736,9 @@ async function run(
         out.stderr.write(
           `client: the result of ${intent.key} could not be written to standard output (${error.message}): it is not marked reported\n`,
         );
-      } else if (intent.state !== 'pending') {
-        outbox.markReported(intent.seq, Date.now());
+        return EXIT.output;
       }
+      if (intent.state !== 'pending') outbox.markReported(intent.seq, Date.now());
       return code;
     };
     if (command.key === undefined && !command.again) {

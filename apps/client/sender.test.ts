@@ -602,7 +602,9 @@ void t.test(
 void t.test(
   'after an attempt cut off by a crash, unmarked refusals end in outcome_unknown (finding 3)',
   async (t) => {
-    const s = await setup(t);
+    // The server's Date is read before a key sent by an earlier process is
+    // sent again (R2).
+    const s = await setup(t, json(200, { id: 'p1' }, { date: new Date(START).toUTCString() }));
     const { intent } = s.outbox.enqueue(transfer(1));
     // A process that died during its attempt left this behind.
     s.outbox.recordAttempt(intent.seq, 1, START);
@@ -665,7 +667,7 @@ void t.test('the server Date of an answer is a time the key has reached (finding
 });
 
 void t.test(
-  'a key stated while the client clock was ahead ages on the server clock too (H1)',
+  'a key stated while the client clock was ahead is not sent while the clocks disagree (H1, R1)',
   async (t) => {
     let serverNow = START;
     const me: Reply = (res, seen) => {
@@ -679,10 +681,14 @@ void t.test(
       res.socket?.destroy();
     });
     const first = await s.sender.drain({ deadline: s.clock.now + 10 });
-    t.equal(first.stoppedBy, 'deadline');
-    t.equal(s.seen.length, 1, 'the first attempt left');
-    // 25 hours later the clock is corrected: by it the key is 22 hours
-    // old, by the server it is 25 hours old and forgotten.
+    // The server's Date is 3 hours behind: more than the margin, so nothing
+    // is sent while the clocks disagree (R1), and no key leaves whose age
+    // the two clocks would tell apart.
+    t.equal(first.stoppedBy, 'clock_disagreement');
+    t.equal(s.seen.filter((x) => x.method === 'POST').length, 0, 'no attempt left');
+    s.script.shift();
+    // 25 hours later the clock is corrected: the key never left, so its
+    // first attempt runs it once.
     s.clock.now = START + 25 * 3_600_000;
     serverNow = START + 25 * 3_600_000;
     const later = new Sender({
@@ -701,36 +707,39 @@ void t.test(
     });
     s.script.push(json(201, { id: 't' }, { 'idempotent-replay': 'false' }));
     await later.drain();
-    t.equal(s.seen.length, 1, 'no second POST');
-    t.match(s.outbox.get(intent.key), { state: 'failed', failure: 'expired', attempts: 1 });
+    t.equal(s.seen.filter((x) => x.method === 'POST').length, 1, 'one POST, the first');
+    t.match(s.outbox.get(intent.key), { state: 'done', attempts: 1 });
   },
 );
 
 void t.test(
-  'a server Date far in the future is ignored, the mark stays bounded (M4)',
+  'a server Date far in the future neither raises the mark nor expires anything: the drain halts until it is sane (M4, R1)',
   async (t) => {
+    let date = 'Fri, 31 Dec 9999 23:59:59 GMT';
     const s = await setup(t, (res, seen) => {
-      json(200, { id: 'p1' }, { date: 'Fri, 31 Dec 9999 23:59:59 GMT' })(res, seen);
+      json(200, { id: 'p1' }, { date })(res, seen);
     });
     const { intent } = s.outbox.enqueue(transfer(1));
-    s.script.push(json(201, { id: 't' }, { 'idempotent-replay': 'false' }));
-    await s.sender.drain();
-    t.equal(s.seen.length, 1, 'sent');
-    t.match(s.outbox.get(intent.key), { state: 'done', answer: { status: 201 } });
+    const halted = await s.sender.drain();
+    t.equal(halted.stoppedBy, 'clock_disagreement', 'one of the clocks is wrong: nothing is sent');
+    t.equal(s.seen.filter((x) => x.method === 'POST').length, 0);
+    t.match(s.outbox.get(intent.key), { state: 'pending', failure: null }, 'not expired');
     t.ok(
       s.outbox.highWater() <= s.clock.now + 3_600_000,
       `the mark is at most the local time plus the margin: ${String(s.outbox.highWater())}`,
     );
-    const next = s.outbox.enqueue(transfer(2)).intent;
+    // The gateway sends a sane Date again: the intent goes, and an absurd
+    // Date on its answer does not raise the mark either.
+    date = new Date(s.clock.now).toUTCString();
     s.script.push(
       json(
         201,
-        { id: 'u' },
+        { id: 't' },
         { 'idempotent-replay': 'false', date: 'Fri, 31 Dec 9999 23:59:59 GMT' },
       ),
     );
     await s.sender.drain();
-    t.match(s.outbox.get(next.key), { state: 'done' }, 'a new intent is sent');
+    t.match(s.outbox.get(intent.key), { state: 'done', answer: { status: 201 } });
     t.ok(s.outbox.highWater() <= s.clock.now + 3_600_000, 'nor does a POST answer raise it');
   },
 );
@@ -849,7 +858,7 @@ void t.test(
 );
 
 void t.test(
-  'a server Date far from the local clock holds every intent with an attempt behind it (F1)',
+  'a server Date far from the local clock holds every intent, attempted or not (F1, R1)',
   async (t) => {
     const H = 3_600_000;
     let serverNow = START + 24 * H + 10 * 60_000;
@@ -863,16 +872,18 @@ void t.test(
     // The client clock then stepped back 2 hours (more than the 1 hour
     // margin). At the real START + 24h10m the clock says START + 22h10m.
     s.clock.now = START + 22 * H + 10 * 60_000;
+    // An intent with no attempt in this outbox may still have been sent: a
+    // restored snapshot of the outbox, or a key the caller sent before (R1).
     const fresh = s.outbox.enqueue(transfer(2, ['2'])).intent;
     s.script.push(json(201, { id: 't2' }));
     const report = await s.sender.drain();
     t.same(
-      s.seen.map((x) => x.headers['idempotency-key']),
-      [fresh.key],
-      'the intent never attempted is sent; the one attempted before is not',
+      s.seen.filter((x) => x.method === 'POST'),
+      [],
+      'no intent sent, attempted or not, while the clocks disagree',
     );
     t.match(s.outbox.get(sent.key), { state: 'pending', attempts: 1, failure: null });
-    t.match(s.outbox.get(fresh.key), { state: 'done' });
+    t.match(s.outbox.get(fresh.key), { state: 'pending', attempts: 0, failure: null });
     t.equal(report.stoppedBy, 'clock_disagreement');
     t.match(report.halt, /2026-06-02T10:10:00\.000Z/, 'the halt names the server time');
     t.match(report.halt, /2026-06-02T08:10:00\.000Z/, 'and the local time');
@@ -885,16 +896,43 @@ void t.test(
     // The server behind the local clock by more than the margin holds it too.
     serverNow = s.clock.now - 2 * H;
     const behind = await s.sender.drain();
-    t.equal(s.seen.length, 1, 'still not sent');
+    t.equal(s.seen.filter((x) => x.method === 'POST').length, 0, 'still not sent');
     t.equal(behind.stoppedBy, 'clock_disagreement');
 
-    // Once the clock is fixed the drain goes on as usual: here the key is
-    // 24h10m old, so it is expired, not sent.
+    // Once the clock is fixed the drain goes on as usual: the attempted key
+    // is 24h10m old, so it is expired, not sent; the fresh one is sent.
     s.clock.now = serverNow = START + 24 * H + 10 * 60_000;
     const fixed = await s.sender.drain();
     t.equal(fixed.stoppedBy, 'empty');
-    t.equal(s.seen.length, 1, 'never sent again');
+    t.same(
+      s.seen.filter((x) => x.method === 'POST').map((x) => x.headers['idempotency-key']),
+      [fresh.key],
+      'the attempted key never sent again; the fresh one sent once',
+    );
     t.match(s.outbox.get(sent.key), { state: 'failed', failure: 'expired', attempts: 1 });
+    t.match(s.outbox.get(fresh.key), { state: 'done' });
+  },
+);
+
+void t.test(
+  'a drain whose server sent no readable Date holds every intent with an attempt behind it (R2)',
+  async (t) => {
+    // GET /api/v1/me answers without Date (a gateway that drops it): the
+    // age of a key sent before cannot be checked on the server clock.
+    const s = await setup(t, json(200, { id: 'p1' }));
+    const sent = s.outbox.enqueue(transfer(1, ['1'])).intent;
+    s.outbox.recordAttempt(sent.seq, 1, START, START);
+    const fresh = s.outbox.enqueue(transfer(2, ['2'])).intent;
+    s.script.push(json(201, { id: 't2' }));
+    const report = await s.sender.drain();
+    t.same(
+      s.seen.filter((x) => x.method === 'POST').map((x) => x.headers['idempotency-key']),
+      [fresh.key],
+      'the intent never attempted is sent; the attempted one is held',
+    );
+    t.match(s.outbox.get(sent.key), { state: 'pending', attempts: 1 });
+    t.equal(report.stoppedBy, 'clock_disagreement');
+    t.match(report.halt, /no readable Date/);
   },
 );
 

@@ -166,8 +166,16 @@ export interface DrainOptions {
 interface DrainState {
   /** The halt's detail, naming both times, once a `Date` disagreed. */
   disagreement?: string;
+  /**
+   * The halt's detail when the server's answers carried no readable `Date`
+   * while no server time was known: intents with an attempt behind them are
+   * held, since their age cannot be checked on the server's clock (R2).
+   */
+  noServerTime?: string;
   /** The intents not sent for it, by sequence number. */
   readonly held: Set<number>;
+  /** The intents this drain has started an attempt of, by sequence number. */
+  readonly attemptedHere: Set<number>;
 }
 
 /** An answer as read off the wire. */
@@ -359,7 +367,7 @@ export class Sender {
     if (signal.aborted) return report('aborted');
     // Every drain, not only the first: it refreshes the server's time
     // before any intent is sent again (H1).
-    const state: DrainState = { held: new Set() };
+    const state: DrainState = { held: new Set(), attemptedHere: new Set() };
     const stop = await this.checkPrincipal(options.deadline, signal, state);
     if (stop !== undefined) return report(stop.reason, stop.detail);
     const inFlight = this.inFlight;
@@ -380,7 +388,7 @@ export class Sender {
     // In flight, or held: not to be started now.
     const busy = (): Set<number> => new Set([...inFlight.keys(), ...state.held]);
     const clockHalt = (): DrainReport => {
-      const detail = state.disagreement ?? '';
+      const detail = state.disagreement ?? state.noServerTime ?? '';
       this.emit({ type: 'halted', reason: 'clock_disagreement', detail });
       return report('clock_disagreement', detail);
     };
@@ -462,10 +470,16 @@ export class Sender {
    * with an attempt behind it is sent again in this drain.
    */
   private observeServer(serverTime: number | undefined, state: DrainState): void {
-    if (serverTime === undefined) return;
+    if (serverTime === undefined) {
+      if (this.serverClock === undefined) {
+        state.noServerTime ??=
+          'the server sent no readable Date (an IMF-fixdate), so the age of a key sent before cannot be checked on its clock: no intent with an attempt behind it is sent; drain again once the server (or the gateway in front of it) sends Date';
+      }
+      return;
+    }
     const local = this.clock();
     if (Math.abs(serverTime - local) > this.options.ttlMarginMs) {
-      state.disagreement ??= `the server's Date says ${iso(serverTime)} and the local clock ${iso(local)}, more than the TTL margin (${String(this.options.ttlMarginMs)}ms) apart: the age of a key sent before is not known, so no intent with an attempt behind it is sent; fix the clock, then drain again`;
+      state.disagreement ??= `the server's Date says ${iso(serverTime)} and the local clock ${iso(local)}, more than the TTL margin (${String(this.options.ttlMarginMs)}ms) apart: the age of a key sent before is not known, so no intent is sent; fix the clock, then drain again`;
     }
     if (serverTime > local + this.options.ttlMarginMs) return;
     this.options.outbox.observeTime(serverTime);
@@ -473,14 +487,20 @@ export class Sender {
   }
 
   /**
-   * Whether an intent is held for a clock disagreement: it has an attempt
-   * behind it (counted, or cut off) and a server `Date` of this drain
-   * disagreed with the local clock. A first attempt cannot run anything
-   * twice, so an intent never attempted is not held.
+   * Whether an intent is held for the clocks: every intent while a server
+   * `Date` of this drain disagreed with the local clock (an intent with no
+   * attempt in this outbox may still have been sent: a restored copy of
+   * the outbox, or a key the caller sent before, R1); an intent with an
+   * attempt behind it (counted, or cut off) from before this drain while no
+   * server time is known (its age cannot be checked on the server clock;
+   * one attempted in this drain is as old as the drain).
    */
   private hold(intent: Intent, state: DrainState): boolean {
-    if (state.disagreement === undefined) return false;
-    if (intent.attempts === 0 && intent.attemptStartedAt === null) return false;
+    const attempted =
+      (intent.attempts > 0 || intent.attemptStartedAt !== null) &&
+      !state.attemptedHere.has(intent.seq);
+    const unknown = state.noServerTime !== undefined && this.serverClock === undefined;
+    if (state.disagreement === undefined && !(unknown && attempted)) return false;
     state.held.add(intent.seq);
     return true;
   }
@@ -560,6 +580,7 @@ export class Sender {
     // Before the age: while the clocks disagree, neither age can be trusted
     // to show a key the server still keeps (F1).
     if (this.hold(intent, state)) return undefined;
+    state.attemptedHere.add(intent.seq);
     const started = this.clock();
     // From when it was stated, or from the key's own time when that is
     // earlier: a key the caller made and may have sent long before it was
