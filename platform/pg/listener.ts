@@ -76,6 +76,19 @@ const STABLE_MS = 30_000;
 /** After a notice the consumer failed to take (onNotify threw), not live for this long without a heartbeat. */
 const UNHEARD_MS = 100;
 
+/** The options of the listener's own connections: one each, kept open, quiet. */
+function oneConnection() {
+  return {
+    max: 1,
+    idle_timeout: 0,
+    max_lifetime: 0,
+    fetch_types: false,
+    connect_timeout: CONNECT_TIMEOUT_S,
+    backoff: reconnectBackoff,
+    onnotice: () => undefined,
+  };
+}
+
 /** One connection listening on one channel, reconnecting until closed. */
 export class PgListener {
   readonly #sql: postgres.Sql;
@@ -140,13 +153,7 @@ export class PgListener {
     } as object;
     this.#sql = postgres(url, {
       ...hooks,
-      max: 1,
-      idle_timeout: 0,
-      max_lifetime: 0,
-      fetch_types: false,
-      connect_timeout: CONNECT_TIMEOUT_S,
-      backoff: reconnectBackoff,
-      onnotice: () => undefined,
+      ...oneConnection(),
       connection: { application_name: options.applicationName },
     });
     const beat = options.heartbeat;
@@ -155,13 +162,7 @@ export class PgListener {
       let send = beat.send;
       if (send === undefined) {
         const sql = postgres(url, {
-          max: 1,
-          idle_timeout: 0,
-          max_lifetime: 0,
-          fetch_types: false,
-          connect_timeout: CONNECT_TIMEOUT_S,
-          backoff: reconnectBackoff,
-          onnotice: () => undefined,
+          ...oneConnection(),
           connection: {
             application_name: `${options.applicationName}-heartbeat`,
             statement_timeout: timeoutMs,
