@@ -237,6 +237,41 @@ void t.test('the same key under two principals is independent', async (t) => {
   t.equal(k.calls.get('createEffect'), 2, 'the replays ran no handler');
 });
 
+void t.test(
+  'a repeat of a key this process has read is answered from memory, and not with the cache off',
+  async (t) => {
+    for (const [ttl, fromMemory] of [
+      ['60s', true],
+      ['0s', false],
+    ] as const) {
+      const k = await startTestApp(t, { env: { SYNC__IDEMPOTENCY_REPLAY_CACHE_TTL: ttl } });
+      const key = newId();
+      const first = await send(k, k.alice, { label: 'cached' }, { key });
+      t.equal(first.statusCode, 201);
+      const read = await send(k, k.alice, { label: 'cached' }, { key });
+      t.equal(read.headers['idempotent-replay'], 'true', `${ttl}: the first replay reads the row`);
+      // Only memory can answer once the row is gone.
+      await k.tdb.owner`delete from idempotency_keys`;
+      const again = await send(k, k.alice, { label: 'cached' }, { key });
+      const bob = await send(k, k.bob, { label: 'cached' }, { key });
+      t.equal(bob.headers['idempotent-replay'], 'false', `${ttl}: another principal runs anew`);
+      if (fromMemory) {
+        t.equal(again.headers['idempotent-replay'], 'true', 'replayed from memory');
+        t.same(again.rawPayload, first.rawPayload, 'byte for byte');
+        t.equal(again.headers.location, first.headers.location);
+        t.equal(k.calls.get('createEffect'), 2, 'the handler ran for alice once, bob once');
+      } else {
+        t.equal(
+          again.headers['idempotent-replay'],
+          'false',
+          'cache off: the key is absent, a first answer',
+        );
+        t.equal(k.calls.get('createEffect'), 3);
+      }
+    }
+  },
+);
+
 void t.test('an expired key behaves as absent and begin replaces the expired row', async (t) => {
   const k = await startTestApp(t);
   const key = newId();

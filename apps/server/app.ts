@@ -190,6 +190,14 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     cleanupBatchSize: config.sync.idempotency_cleanup_batch_size,
     cleanupPacing: config.sync.idempotency_cleanup_pacing,
     cleanupIntervalMs: config.sync.idempotency_cleanup_interval,
+    ...(config.sync.idempotency_replay_cache_ttl === 0
+      ? {}
+      : {
+          replayCache: {
+            ttlMs: config.sync.idempotency_replay_cache_ttl,
+            maxEntries: config.sync.idempotency_replay_cache_size,
+          },
+        }),
   });
   prometheus?.scrapeGauges({
     gauges: {

@@ -30,6 +30,12 @@ export interface SyncDeps {
   readonly cleanupPacing: number;
   /** `sync.idempotency_cleanup_interval`, in ms. */
   readonly cleanupIntervalMs: number;
+  /**
+   * `sync.idempotency_replay_cache_ttl` (ms) and `_size`: repeats of
+   * completed keys answered from memory; absent, every replay reads the
+   * database.
+   */
+  readonly replayCache?: { readonly ttlMs: number; readonly maxEntries: number };
 }
 
 /** Module sync's public face. */
@@ -77,7 +83,10 @@ export function createSyncModule(deps: SyncDeps): SyncModule {
   });
   return {
     descriptor: { name: 'sync', tasks: [job.task], cron: [job.cron] },
-    store: new PgIdempotencyStore(deps.db),
+    store: new PgIdempotencyStore(
+      deps.db,
+      deps.replayCache === undefined ? {} : { replayCache: deps.replayCache },
+    ),
     cleanup: job.run,
     keyStats: (timeoutMs) => stats.read(deps.clock.now(), timeoutMs),
   };

@@ -36,6 +36,8 @@ const DEFAULTS: Config = {
     idempotency_cleanup_interval: 3_600_000,
     idempotency_cleanup_batch_size: 5_000,
     idempotency_cleanup_pacing: 2,
+    idempotency_replay_cache_ttl: 60_000,
+    idempotency_replay_cache_size: 10_000,
   },
   log: { level: 'info' },
   metrics: {

@@ -448,6 +448,20 @@ export const ConfigSchema = Type.Object(
         minimum: 0,
         maximum: 100,
       }),
+      idempotency_replay_cache_ttl: duration({
+        default: '60s',
+        description:
+          'How long an api process may answer a repeat of a completed idempotency key from memory after reading the key from the database; 0s reads idempotency_keys on every replay. A completed key never changes until it expires, and no entry is served past its expiry; this bounds how long a key deleted by hand goes on being replayed by a process that read it.',
+        min: '0ms',
+        max: '1h',
+      }),
+      idempotency_replay_cache_size: integer({
+        default: 10_000,
+        description:
+          'Most completed idempotency keys one process keeps in its replay cache (answers of at most 4 KiB of JSON each); the least recently used goes first.',
+        minimum: 1,
+        maximum: 1_000_000,
+      }),
     }),
     log: group({
       level: oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {

@@ -148,3 +148,74 @@ void t.test(
     t.equal(all[0]?.expires_at.getTime(), NOW.getTime() + TTL, 'the row is unchanged');
   },
 );
+
+void t.test(
+  'with a replay cache, a completed row read once is answered from memory for its principal only',
+  async (t) => {
+    const { tdb, db, uow, request, principalId } = await setup(t);
+    let mono = 0;
+    const store = new PgIdempotencyStore(db, {
+      replayCache: { ttlMs: 60_000, maxEntries: 100, now: () => mono },
+    });
+    const plain = new PgIdempotencyStore(db);
+    const key = newId();
+    t.equal(await store.find(principalId, key, NOW), null, 'before the key exists: absent');
+    await uow.run(async () => {
+      await store.begin(request(key));
+      await store.complete(request(key), { status: 201, body: { id: 1 }, resourceId: null });
+    });
+    t.equal((await store.find(principalId, key, NOW))?.status, 201, 'a miss was not kept');
+    // Taken away behind the store's back: only memory can still answer.
+    await tdb.owner`delete from idempotency_keys where key = ${key}`;
+    t.equal(await plain.find(principalId, key, NOW), null, 'the row is gone');
+    const cached = await store.find(principalId, key, NOW);
+    t.equal(cached?.status, 201, 'served from memory');
+    t.same(cached?.body, { id: 1 });
+    t.same(cached?.sha256, Buffer.alloc(32, 7), 'with its fingerprint');
+    const stranger = newId();
+    await tdb.owner`
+      insert into principals (id, kind, display_name) values (${stranger}, 'user', 'Stranger')`;
+    t.equal(await store.find(stranger, key, NOW), null, 'never to another principal');
+    const later = new Date(NOW.getTime() + TTL);
+    t.equal(await store.find(principalId, key, later), null, 'never at the row expiry');
+    await uow.run(async () => {
+      await store.begin(request(key));
+      await store.complete(request(key), { status: 200, body: { id: 2 }, resourceId: null });
+    });
+    t.equal((await store.find(principalId, key, NOW))?.status, 200, 'read again');
+    await tdb.owner`delete from idempotency_keys where key = ${key}`;
+    mono = 60_000;
+    t.equal(await store.find(principalId, key, NOW), null, 'not past the cache TTL');
+  },
+);
+
+void t.test(
+  'with a replay cache, an answer over 4 KiB is read from the database each time',
+  async (t) => {
+    const { tdb, db, uow, request, principalId } = await setup(t);
+    const store = new PgIdempotencyStore(db, { replayCache: { ttlMs: 60_000, maxEntries: 100 } });
+    const small = newId();
+    const large = newId();
+    await uow.run(async () => {
+      await store.begin(request(small));
+      await store.complete(request(small), {
+        status: 201,
+        body: { text: 'x'.repeat(4_000) },
+        resourceId: null,
+      });
+    });
+    await uow.run(async () => {
+      await store.begin(request(large));
+      await store.complete(request(large), {
+        status: 201,
+        body: { text: 'x'.repeat(4_100) },
+        resourceId: null,
+      });
+    });
+    t.ok(await store.find(principalId, small, NOW));
+    t.ok(await store.find(principalId, large, NOW));
+    await tdb.owner`delete from idempotency_keys`;
+    t.ok(await store.find(principalId, small, NOW), 'under 4 KiB of JSON: kept');
+    t.equal(await store.find(principalId, large, NOW), null, 'over it: not kept');
+  },
+);
