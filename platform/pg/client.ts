@@ -13,8 +13,11 @@ export type Sql = postgres.Sql;
  */
 export type ISql = postgres.ISql;
 
-/** The transaction-scoped client postgres.js hands to `sql.begin`. */
-export type TransactionSql = postgres.TransactionSql;
+/**
+ * The client of a unit of work's transaction (platform/pg/transaction.ts):
+ * statements only; it cannot begin, reserve, end or nest.
+ */
+export type TransactionSql = postgres.ISql;
 
 /** Options of {@link createSql}. */
 export interface SqlOptions {

@@ -24,6 +24,12 @@ export interface Forwarder {
   switchTo(port: number): void;
   /** How many client connections are relayed right now. */
   connections(): number;
+  /**
+   * How many chunks the clients have sent so far, all connections together:
+   * on loopback each write a client makes arrives as one chunk, so for a
+   * client that waits for its answers this counts its round trips.
+   */
+  clientChunks(): number;
   /** Stops listening and drops every connection. Safe to call twice. */
   close(): Promise<void>;
 }
@@ -49,6 +55,7 @@ export async function startForwarder(target: number): Promise<Forwarder> {
   assertPort(target);
   let current = target;
   const pairs = new Set<{ client: net.Socket; upstream: net.Socket }>();
+  let chunks = 0;
   const server = net.createServer((client) => {
     const upstream = net.connect(current, '127.0.0.1');
     const pair = { client, upstream };
@@ -64,6 +71,9 @@ export async function startForwarder(target: number): Promise<Forwarder> {
     upstream.on('close', drop);
     client.setNoDelay(true);
     upstream.setNoDelay(true);
+    client.on('data', () => {
+      chunks += 1;
+    });
     client.pipe(upstream);
     upstream.pipe(client);
   });
@@ -94,6 +104,7 @@ export async function startForwarder(target: number): Promise<Forwarder> {
       dropAll();
     },
     connections: () => pairs.size,
+    clientChunks: () => chunks,
     close: () =>
       (closing ??= new Promise<void>((resolve) => {
         server.close(() => {

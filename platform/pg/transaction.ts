@@ -1,0 +1,272 @@
+/**
+ * One transaction on a connection reserved from the pool, driven by hand so
+ * that nothing waits for an answer it does not need: BEGIN travels in the
+ * same write as the transaction's first statement, and a SAVEPOINT in the
+ * same write as the statements after it. postgres.js's own `begin()` and
+ * `savepoint()` wait for each before running the callback, one round trip
+ * each (docs/adr/0003-own-transactions.md).
+ *
+ * What this class guarantees, and the unit of work (uow.ts) relies on:
+ *
+ * - BEGIN is the first statement the connection runs: a reserved connection
+ *   is idle and outside any transaction (this class hands a connection back
+ *   only after its COMMIT or ROLLBACK was answered), so BEGIN cannot fail
+ *   unless the session does, and every statement pipelined behind it runs
+ *   inside the transaction;
+ * - the connection closing is heard at once (postgres.js calls the
+ *   connection's `onclose`, set when BEGIN is handed to it): from then on
+ *   no statement is sent (it would go to a dead socket, or to the session
+ *   the pool opens next on the same connection object), {@link closed}
+ *   rejects, and the connection is never handed back;
+ * - no statement is sent once COMMIT or ROLLBACK has been sent;
+ * - each scope (the transaction, each savepoint) records the first failure
+ *   of a statement sent in it, so a failure its caller caught still fails
+ *   the scope, as postgres.js does;
+ * - a connection whose state is unknown (a ROLLBACK that failed) is closed,
+ *   never handed back.
+ */
+import type postgres from 'postgres';
+import type { Sql, TransactionSql } from './client.js';
+import { observed } from './observed.js';
+
+/** Where a scope (the transaction or one savepoint) keeps its first failure. */
+export interface Scope {
+  failed: boolean;
+  error: unknown;
+}
+
+/** A scope with no failure yet. */
+export function newScope(): Scope {
+  return { failed: false, error: undefined };
+}
+
+/** A settled promise's outcome. */
+export type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
+
+/**
+ * Waits for a promise and reports how it ended, never rejecting.
+ *
+ * @param p the promise.
+ * @returns its value or its error.
+ */
+export async function settle<T>(p: PromiseLike<T>): Promise<Settled<T>> {
+  try {
+    return { ok: true, value: await p };
+  } catch (error) {
+    return { ok: false, error };
+  }
+}
+
+/**
+ * Thrown by a transaction's client when code keeps using a unit of work
+ * whose transaction already ended (committed, rolled back, its connection
+ * lost or timed out).
+ */
+export class TransactionEndedError extends Error {
+  override readonly name = 'TransactionEndedError';
+  /** Maps to 503 like a lost connection: the client may try again. */
+  readonly code = 'CONNECTION_CLOSED';
+  /** @param cause why the transaction ended. */
+  constructor(cause: unknown) {
+    super("the unit of work's transaction has ended (connection lost or timed out)", { cause });
+  }
+}
+
+/**
+ * Errors that mean the transaction's connection is gone: the server ended the
+ * session (terminate, shutdown, failover, transaction or idle timeout) or the
+ * socket closed.
+ */
+const CONNECTION_LOST: ReadonlySet<string> = new Set([
+  '57P01',
+  '57P02',
+  '57P03',
+  '25P03',
+  '25P04',
+  'CONNECTION_CLOSED',
+  'CONNECTION_ENDED',
+  'CONNECTION_DESTROYED',
+]);
+
+/**
+ * Whether an error means the connection is gone.
+ *
+ * @param err a statement's error.
+ * @returns true for a lost session or socket.
+ */
+export function connectionLost(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && (CONNECTION_LOST.has(code) || code.startsWith('08'));
+}
+
+/** Methods a transaction's client refuses: they would end, nest or leave the transaction. */
+const REFUSED: ReadonlySet<string> = new Set([
+  'begin',
+  'reserve',
+  'release',
+  'end',
+  'close',
+  'listen',
+  'subscribe',
+  'savepoint',
+  'prepare',
+  'largeObject',
+]);
+
+/** What `life.ended` holds once COMMIT has been sent. */
+export const COMMITTED = new Error('the unit of work committed');
+/** What `life.ended` holds once ROLLBACK has been sent. */
+const ROLLED_BACK = new Error('the unit of work rolled back');
+
+/** The part of a postgres.js connection this class touches. */
+interface Connection {
+  onclose: ((err: unknown) => void) | null;
+}
+
+/** One transaction on a reserved connection; see the module comment. */
+export class ConnectionTransaction {
+  /**
+   * Set when the transaction ended (COMMIT or ROLLBACK sent, the connection
+   * lost); from then on no statement is sent.
+   */
+  readonly life: { ended: unknown } = { ended: undefined };
+  /** Rejects when the connection is lost while the transaction is open. */
+  readonly closed: Promise<never>;
+  /** How BEGIN ended; it is answered before anything after it. */
+  readonly began: Promise<Settled<unknown>>;
+  readonly #reserved: postgres.ReservedSql;
+  #reject: (err: unknown) => void = () => undefined;
+  #connection: Connection | undefined;
+  #lost = false;
+  /** 'open' until COMMIT or ROLLBACK is answered; 'unknown' when that answer was an error of the client. */
+  #state: 'open' | 'ended' | 'unknown' = 'open';
+  #savepoints = 0;
+  #finished = false;
+
+  private constructor(reserved: postgres.ReservedSql) {
+    this.#reserved = reserved;
+    this.closed = new Promise<never>((_, reject) => {
+      this.#reject = reject;
+    });
+    // Observed by whoever races it; never an unhandled rejection.
+    this.closed.catch(() => undefined);
+    const onexecute = (connection: Connection): boolean => {
+      this.#connection = connection;
+      connection.onclose = (err: unknown) => {
+        this.#lose(err);
+      };
+      // True: the connection may take the next statement at once.
+      return true;
+    };
+    this.began = settle(
+      reserved
+        .unsafe('begin isolation level read committed', [], {
+          onexecute,
+        } as postgres.UnsafeQueryOptions)
+        .execute(),
+    );
+  }
+
+  /**
+   * Reserves a connection and sends BEGIN on it, without waiting for its
+   * answer.
+   *
+   * @param pool the application role's pool.
+   * @returns the transaction, open.
+   * @throws what reserving a connection throws (it cannot connect).
+   */
+  static async open(pool: Sql): Promise<ConnectionTransaction> {
+    return new ConnectionTransaction(await pool.reserve());
+  }
+
+  /**
+   * The client of one scope: every statement is refused once the
+   * transaction ended, its failure is recorded in the scope, and a failure
+   * that means the connection is gone ends the transaction at once.
+   *
+   * @param scope where the scope keeps its first failure.
+   * @returns the client.
+   */
+  client(scope: Scope): TransactionSql {
+    return observed(
+      this.#reserved,
+      () => {
+        if (this.life.ended !== undefined) throw new TransactionEndedError(this.life.ended);
+      },
+      (err) => {
+        if (connectionLost(err)) this.#lose(err);
+        if (!scope.failed) {
+          scope.failed = true;
+          scope.error = err;
+        }
+      },
+      REFUSED,
+    );
+  }
+
+  /** A fresh savepoint name for this transaction. */
+  nextSavepoint(): string {
+    this.#savepoints += 1;
+    return `s${String(this.#savepoints)}`;
+  }
+
+  /**
+   * Sends COMMIT through the outermost scope's client; nothing is sent after it.
+   *
+   * @param tx the outermost scope's client.
+   * @returns how COMMIT ended; PostgreSQL answers `ROLLBACK` for a transaction
+   *   that a failed statement aborted.
+   */
+  async commit(tx: TransactionSql): Promise<Settled<postgres.RowList<postgres.Row[]>>> {
+    const sent = settle(tx.unsafe('commit').execute());
+    this.life.ended = COMMITTED;
+    const answer = await sent;
+    // An error from the server ends the transaction too; any other (the
+    // client's) leaves the session in doubt.
+    this.#state =
+      answer.ok || (answer.error as { name?: unknown }).name === 'PostgresError'
+        ? 'ended'
+        : 'unknown';
+    return answer;
+  }
+
+  /**
+   * Sends ROLLBACK unless the transaction already ended, and waits for it;
+   * never throws (a failed ROLLBACK leaves the session in doubt, and
+   * {@link finish} closes it).
+   *
+   * @param tx the outermost scope's client.
+   */
+  async rollback(tx: TransactionSql): Promise<void> {
+    if (this.life.ended !== undefined) return;
+    const sent = settle(tx.unsafe('rollback').execute());
+    this.life.ended = ROLLED_BACK;
+    this.#state = (await sent).ok ? 'ended' : 'unknown';
+  }
+
+  /**
+   * Gives the connection back to the pool when the transaction ended with an
+   * answer; closes a connection in doubt; leaves a lost one to the pool,
+   * which reconnects it. Safe to call twice.
+   */
+  finish(): void {
+    if (this.#finished) return;
+    this.#finished = true;
+    if (this.#connection !== undefined) this.#connection.onclose = null;
+    if (this.#lost) return;
+    if (this.#state === 'ended' && this.#connection !== undefined) {
+      this.#reserved.release();
+      return;
+    }
+    // Open (a bug upstream), or in doubt: never handed to another caller.
+    this.#lost = true;
+    this.life.ended ??= ROLLED_BACK;
+    void settle(this.#reserved.unsafe('select pg_terminate_backend(pg_backend_pid())').execute());
+  }
+
+  #lose(err: unknown): void {
+    this.#lost = true;
+    this.life.ended ??= err;
+    this.#reject(err);
+  }
+}
