@@ -72,31 +72,35 @@ export class TransactionEndedError extends Error {
   }
 }
 
-/**
- * Errors that mean the transaction's connection is gone: the server ended the
- * session (terminate, shutdown, failover, transaction or idle timeout) or the
- * socket closed.
- */
-const CONNECTION_LOST: ReadonlySet<string> = new Set([
-  '57P01',
-  '57P02',
-  '57P03',
-  '25P03',
-  '25P04',
+/** postgres.js's own errors for a connection that closed or was ended. */
+const DRIVER_LOST: ReadonlySet<string> = new Set([
   'CONNECTION_CLOSED',
   'CONNECTION_ENDED',
   'CONNECTION_DESTROYED',
 ]);
 
 /**
- * Whether an error means the connection is gone.
+ * Whether an error means the connection is gone: postgres.js's own
+ * connection errors, an error of the socket (a reset, a broken pipe: it
+ * carries a system call, and the socket closes a few ticks later), or a
+ * FATAL or PANIC error of the server, which always ends the session
+ * (terminate, shutdown, failover, transaction or idle timeout). An ERROR,
+ * whatever its SQLSTATE (a function may raise 08006 itself), leaves the
+ * session alive: the transaction is only aborted, and rolls back as usual.
  *
  * @param err a statement's error.
  * @returns true for a lost session or socket.
  */
 export function connectionLost(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && (CONNECTION_LOST.has(code) || code.startsWith('08'));
+  if (typeof err !== 'object' || err === null) return false;
+  const { code, severity, syscall } = err as {
+    code?: unknown;
+    severity?: unknown;
+    syscall?: unknown;
+  };
+  if (typeof code === 'string' && DRIVER_LOST.has(code)) return true;
+  if (typeof syscall === 'string') return true;
+  return severity === 'FATAL' || severity === 'PANIC';
 }
 
 /** Methods a transaction's client refuses: they would end, nest or leave the transaction. */
@@ -121,6 +125,8 @@ const ROLLED_BACK = new Error('the unit of work rolled back');
 /** The part of a postgres.js connection this class touches. */
 interface Connection {
   onclose: ((err: unknown) => void) | null;
+  /** Ends the session at once, resolving a pending `end()` of the pool. */
+  terminate(): void;
 }
 
 /** One transaction on a reserved connection; see the module comment. */
@@ -135,6 +141,9 @@ export class ConnectionTransaction {
   /** How BEGIN ended; it is answered before anything after it. */
   readonly began: Promise<Settled<unknown>>;
   readonly #reserved: postgres.ReservedSql;
+  readonly #closing: () => boolean;
+  /** Settles as a failure when the connection is lost; never resolves otherwise. */
+  readonly #lostAnswer: Promise<{ ok: false; error: unknown }>;
   #reject: (err: unknown) => void = () => undefined;
   #connection: Connection | undefined;
   #lost = false;
@@ -143,13 +152,16 @@ export class ConnectionTransaction {
   #savepoints = 0;
   #finished = false;
 
-  private constructor(reserved: postgres.ReservedSql) {
+  private constructor(reserved: postgres.ReservedSql, closing: () => boolean) {
     this.#reserved = reserved;
+    this.#closing = closing;
     this.closed = new Promise<never>((_, reject) => {
       this.#reject = reject;
     });
-    // Observed by whoever races it; never an unhandled rejection.
-    this.closed.catch(() => undefined);
+    this.#lostAnswer = this.closed.then(
+      () => ({ ok: false, error: undefined }),
+      (error: unknown) => ({ ok: false, error }),
+    );
     const onexecute = (connection: Connection): boolean => {
       this.#connection = connection;
       connection.onclose = (err: unknown) => {
@@ -172,11 +184,28 @@ export class ConnectionTransaction {
    * answer.
    *
    * @param pool the application role's pool.
+   * @param closing whether the pool is being closed: a transaction that
+   *   ends then closes its connection instead of handing it back, since
+   *   postgres.js never ends a reserved connection handed back during
+   *   `end()`, which would then wait for it until its timeout.
    * @returns the transaction, open.
    * @throws what reserving a connection throws (it cannot connect).
    */
-  static async open(pool: Sql): Promise<ConnectionTransaction> {
-    return new ConnectionTransaction(await pool.reserve());
+  static async open(pool: Sql, closing: () => boolean): Promise<ConnectionTransaction> {
+    return new ConnectionTransaction(await pool.reserve(), closing);
+  }
+
+  /**
+   * Waits for a statement's outcome, or for the connection to be lost,
+   * whichever comes first. postgres.js never settles a statement that waits
+   * in a reserved connection's own queue when the connection closes, nor
+   * one written after the socket failed and before it closed.
+   *
+   * @param outcome the statement's settled outcome.
+   * @returns that outcome, or the loss.
+   */
+  settled<T>(outcome: Promise<Settled<T>>): Promise<Settled<T>> {
+    return Promise.race([outcome, this.#lostAnswer]);
   }
 
   /**
@@ -220,7 +249,7 @@ export class ConnectionTransaction {
   async commit(tx: TransactionSql): Promise<Settled<postgres.RowList<postgres.Row[]>>> {
     const sent = settle(tx.unsafe('commit').execute());
     this.life.ended = COMMITTED;
-    const answer = await sent;
+    const answer = await this.settled(sent);
     // An error from the server ends the transaction too; any other (the
     // client's) leaves the session in doubt.
     this.#state =
@@ -241,7 +270,7 @@ export class ConnectionTransaction {
     if (this.life.ended !== undefined) return;
     const sent = settle(tx.unsafe('rollback').execute());
     this.life.ended = ROLLED_BACK;
-    this.#state = (await sent).ok ? 'ended' : 'unknown';
+    this.#state = (await this.settled(sent)).ok ? 'ended' : 'unknown';
   }
 
   /**
@@ -255,7 +284,8 @@ export class ConnectionTransaction {
     if (this.#connection !== undefined) this.#connection.onclose = null;
     if (this.#lost) return;
     if (this.#state === 'ended' && this.#connection !== undefined) {
-      this.#reserved.release();
+      if (this.#closing()) this.#connection.terminate();
+      else this.#reserved.release();
       return;
     }
     // Open (a bug upstream), or in doubt: never handed to another caller.

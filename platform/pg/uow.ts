@@ -116,9 +116,12 @@ export class PgDatabase {
   readonly storage = new AsyncLocalStorage<Frame>();
 
   private readonly pool: Sql;
+  readonly #raw: Sql;
+  #closing = false;
 
   /** @param pool the application role's pool; its results are checked ({@link checkedResult}). */
   constructor(pool: Sql) {
+    this.#raw = pool;
     this.pool = observed(
       pool,
       () => undefined,
@@ -196,6 +199,24 @@ export class PgDatabase {
     frame.tails.push(settle(build(frame.tx)));
   }
 
+  /** Whether {@link close} has begun. */
+  get closing(): boolean {
+    return this.#closing;
+  }
+
+  /**
+   * Closes the pool: units of work still running finish, and each then
+   * closes its connection instead of handing it back (postgres.js would
+   * otherwise keep a reserved connection handed back during `end()` open
+   * until the timeout).
+   *
+   * @param options postgres.js `end` options: `timeout` in seconds.
+   */
+  async close(options: { readonly timeout?: number } = {}): Promise<void> {
+    this.#closing = true;
+    await this.#raw.end(options);
+  }
+
   /** The attempt number of the ambient unit of work (1 for the first run), or 0 outside one. */
   attempt(): number {
     return this.storage.getStore()?.attempt ?? 0;
@@ -243,7 +264,7 @@ export class PgUnitOfWork implements UnitOfWork {
       const progress = { fnSettled: true };
       let txn: ConnectionTransaction | undefined;
       try {
-        txn = await ConnectionTransaction.open(pool);
+        txn = await ConnectionTransaction.open(pool, () => this.db.closing);
         const scope = newScope();
         const tx = txn.client(scope);
         // Sent without waiting, with BEGIN and fn's first statement in one write.
@@ -262,12 +283,17 @@ export class PgUnitOfWork implements UnitOfWork {
         // The connection closing rejects at once, even while fn still runs:
         // a stuck function must not keep its caller waiting.
         const outcome = await Promise.race([running, txn.closed]);
-        let decided = decide(await txn.began, outcome, await configured, scope);
+        let decided = decide(
+          await txn.settled(txn.began),
+          outcome,
+          await txn.settled(configured),
+          scope,
+        );
         const fault = decided.ok
           ? this.options.faultHook?.({ attempt, name: options.name })
           : undefined;
         if (fault !== undefined) {
-          const injected = await settle(raiseSqlState(tx, fault));
+          const injected = await txn.settled(settle(raiseSqlState(tx, fault)));
           if (!injected.ok) decided = injected;
         }
         if (!decided.ok) {
@@ -285,7 +311,11 @@ export class PgUnitOfWork implements UnitOfWork {
                       set_config('transaction_timeout', '0', true)`.execute(),
           ),
         );
-        const [sent, committed] = await Promise.all([Promise.all(tails), txn.commit(tx)]);
+        const open = txn;
+        const [sent, committed] = await Promise.all([
+          Promise.all(tails.map((tail) => open.settled(tail))),
+          open.commit(tx),
+        ]);
         if (!committed.ok) throw committed.error;
         // Sent ahead of the COMMIT: one that failed aborted the transaction,
         // and PostgreSQL answered the COMMIT with a rollback. Those that only
@@ -327,15 +357,13 @@ export class PgUnitOfWork implements UnitOfWork {
     const tx = txn.client(scope);
     const opened = settle(tx.unsafe(`savepoint ${name}`).execute());
     const outcome = await settle(this.db.storage.run({ ...outer, tx, scope, nested: true }, fn));
-    const decided = decide(await opened, outcome, { ok: true, value: null }, scope);
+    const decided = decide(await txn.settled(opened), outcome, { ok: true, value: null }, scope);
     if (decided.ok) return decided.value;
     if (txn.life.ended === undefined) {
       // In the outer scope: if even this fails, the transaction cannot commit.
-      try {
-        await outer.tx.unsafe(`rollback to savepoint ${name}`);
-      } catch {
-        // Recorded in the outer scope, which then fails; the cause is below.
-      }
+      // A failure is recorded in the outer scope, which then fails; the
+      // cause is below.
+      await txn.settled(settle(outer.tx.unsafe(`rollback to savepoint ${name}`).execute()));
     }
     throw decided.error;
   }

@@ -22,6 +22,11 @@ export interface Forwarder {
    * @throws RangeError when the port is not 1 to 65535 (the target is kept).
    */
   switchTo(port: number): void;
+  /**
+   * Drops every relayed connection with a TCP reset towards the client (its
+   * socket fails with ECONNRESET before it closes), keeping the target.
+   */
+  reset(): void;
   /** How many client connections are relayed right now. */
   connections(): number;
   /**
@@ -102,6 +107,13 @@ export async function startForwarder(target: number): Promise<Forwarder> {
       assertPort(next);
       current = next;
       dropAll();
+    },
+    reset: () => {
+      for (const { client, upstream } of [...pairs]) {
+        client.resetAndDestroy();
+        upstream.destroy();
+      }
+      pairs.clear();
     },
     connections: () => pairs.size,
     clientChunks: () => chunks,

@@ -101,5 +101,12 @@ void t.test('only completed entries are kept, and what is served cannot be chang
     2,
     'still the stored value',
   );
+  t.notOk(Object.isFrozen(kept.body), 'the entry handed in is left as it was');
+  (kept.body as { id: number }).id = 7;
+  t.equal(
+    (cache.get(alice, key(2), at(0))?.body as { id: number }).id,
+    2,
+    'and is not the one kept',
+  );
   t.end();
 });

@@ -116,11 +116,12 @@ export class ReplayCache {
       this.#slots.delete(oldest.value);
     }
     this.#slots.set(id, {
-      // A typed array cannot be frozen: the fingerprint is this cache's own copy.
+      // Copies: the caller keeps its entry as it was, and a typed array
+      // cannot be frozen.
       entry: Object.freeze({
         ...entry,
         sha256: Buffer.from(entry.sha256),
-        body: deepFreeze(entry.body),
+        body: deepFreeze(structuredClone(entry.body)),
       }),
       expiresAtMs: expiresAt.getTime(),
       staleAt: this.#now() + this.#ttlMs,
