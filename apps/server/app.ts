@@ -341,7 +341,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
         () => undefined,
       );
       await credentials?.close();
-      await db.close({ timeout: 5 });
+      await sql.end({ timeout: 5 });
     },
   };
 }

@@ -13,11 +13,8 @@ export type Sql = postgres.Sql;
  */
 export type ISql = postgres.ISql;
 
-/**
- * The client of a unit of work's transaction (platform/pg/transaction.ts):
- * statements only; it cannot begin, reserve, end or nest.
- */
-export type TransactionSql = postgres.ISql;
+/** The transaction-scoped client postgres.js hands to `sql.begin`. */
+export type TransactionSql = postgres.TransactionSql;
 
 /** Options of {@link createSql}. */
 export interface SqlOptions {
