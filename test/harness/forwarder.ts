@@ -22,19 +22,8 @@ export interface Forwarder {
    * @throws RangeError when the port is not 1 to 65535 (the target is kept).
    */
   switchTo(port: number): void;
-  /**
-   * Drops every relayed connection with a TCP reset towards the client (its
-   * socket fails with ECONNRESET before it closes), keeping the target.
-   */
-  reset(): void;
   /** How many client connections are relayed right now. */
   connections(): number;
-  /**
-   * How many chunks the clients have sent so far, all connections together:
-   * on loopback each write a client makes arrives as one chunk, so for a
-   * client that waits for its answers this counts its round trips.
-   */
-  clientChunks(): number;
   /** Stops listening and drops every connection. Safe to call twice. */
   close(): Promise<void>;
 }
@@ -60,7 +49,6 @@ export async function startForwarder(target: number): Promise<Forwarder> {
   assertPort(target);
   let current = target;
   const pairs = new Set<{ client: net.Socket; upstream: net.Socket }>();
-  let chunks = 0;
   const server = net.createServer((client) => {
     const upstream = net.connect(current, '127.0.0.1');
     const pair = { client, upstream };
@@ -76,9 +64,6 @@ export async function startForwarder(target: number): Promise<Forwarder> {
     upstream.on('close', drop);
     client.setNoDelay(true);
     upstream.setNoDelay(true);
-    client.on('data', () => {
-      chunks += 1;
-    });
     client.pipe(upstream);
     upstream.pipe(client);
   });
@@ -108,15 +93,7 @@ export async function startForwarder(target: number): Promise<Forwarder> {
       current = next;
       dropAll();
     },
-    reset: () => {
-      for (const { client, upstream } of [...pairs]) {
-        client.resetAndDestroy();
-        upstream.destroy();
-      }
-      pairs.clear();
-    },
     connections: () => pairs.size,
-    clientChunks: () => chunks,
     close: () =>
       (closing ??= new Promise<void>((resolve) => {
         server.close(() => {
