@@ -164,6 +164,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
   const sql = createSql(deps.appUrl, {
     max: config.database.pool_max,
     applicationName: config.app.name,
+    connectTimeoutMs: config.database.connect_timeout,
+    session: unitOfWorkSettings(config.database),
   });
   const db = new PgDatabase(sql);
   const uow = new PgUnitOfWork(db, {
@@ -341,7 +343,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
         () => undefined,
       );
       await credentials?.close();
-      await sql.end({ timeout: 5 });
+      await db.close({ timeout: 5 });
     },
   };
 }

@@ -144,6 +144,12 @@ const definitions = {
     description:
       'The server cannot handle the request right now (starting, stopping or overloaded); repeat it later.',
   },
+  commit_outcome_unknown: {
+    status: 503,
+    title: 'Outcome unknown',
+    description:
+      'The change was sent to the database for its final commit and the answer was lost: it may have taken effect or not. Repeat a keyed request with the same Idempotency-Key (the stored answer comes back if it took effect, and it runs once if it did not); check before repeating a request without a key.',
+  },
 } as const satisfies Record<string, ProblemDefinition>;
 
 for (const definition of Object.values(definitions)) {

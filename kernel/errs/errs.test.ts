@@ -34,6 +34,7 @@ const expectedStatuses: Record<ProblemCode, number> = {
   request_header_fields_too_large: 431,
   internal_error: 500,
   service_unavailable: 503,
+  commit_outcome_unknown: 503,
 };
 
 const codes = Object.keys(problemCatalogue) as ProblemCode[];

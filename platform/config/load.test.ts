@@ -26,6 +26,7 @@ const DEFAULTS: Config = {
     lock_timeout: 5_000,
     statement_timeout: 30_000,
     transaction_timeout: 60_000,
+    connect_timeout: 5_000,
     tx_retry_max: 3,
     embedded_data_dir: '.data/pg',
     embedded_port: 0,

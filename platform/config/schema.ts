@@ -383,6 +383,13 @@ export const ConfigSchema = Type.Object(
         min: '0ms',
         max: MAX_TIMER,
       }),
+      connect_timeout: duration({
+        default: '5s',
+        description:
+          'Longest opening a database connection may take, the TCP connection and the sign-in together; a refused or stalled connect fails after it and the request gets 503 with Retry-After.',
+        min: '100ms',
+        max: '5m',
+      }),
       tx_retry_max: integer({
         default: 3,
         description:

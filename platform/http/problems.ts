@@ -45,6 +45,7 @@ const UNAVAILABLE_CODES: ReadonlySet<string> = new Set([
   'CONNECTION_ENDED',
   'CONNECTION_DESTROYED',
   'CONNECT_TIMEOUT',
+  'CONNECTION_STALLED', // nothing heard on a connection within its deadline (platform/pg)
   'ECONNREFUSED',
   'ECONNRESET',
 ]);
@@ -185,6 +186,17 @@ export function toAppError(err: unknown): AppError {
       errors: [{ pointer: '#body', code: 'invalid_json' }],
       cause: err,
     });
+  }
+  if (e.code === 'COMMIT_OUTCOME_UNKNOWN') {
+    return problem(
+      'commit_outcome_unknown',
+      'The change may or may not have been made: the answer to its commit was lost.',
+      {
+        retryAfterSeconds: 1,
+        hint: 'Repeat the request with the same Idempotency-Key: the stored answer comes back if the change was made, and it is made once if it was not. Without a key, check whether it was made before repeating it.',
+        cause: err,
+      },
+    );
   }
   if (isRetryable(err) || isUnavailable(e.code)) {
     // Contention that outlived the retries, or a timeout: the client may try again.

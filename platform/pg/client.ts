@@ -13,8 +13,11 @@ export type Sql = postgres.Sql;
  */
 export type ISql = postgres.ISql;
 
-/** The transaction-scoped client postgres.js hands to `sql.begin`. */
-export type TransactionSql = postgres.TransactionSql;
+/**
+ * The client of a unit of work's transaction (platform/pg/transaction.ts):
+ * statements only; it cannot begin, reserve, end or nest.
+ */
+export type TransactionSql = postgres.ISql;
 
 /** Options of {@link createSql}. */
 export interface SqlOptions {
@@ -24,6 +27,45 @@ export interface SqlOptions {
   readonly applicationName: string;
   /** Called with each PostgreSQL notice; by default notices are dropped. */
   readonly onnotice?: (notice: postgres.Notice) => void;
+  /**
+   * Longest opening a connection may take (`database.connect_timeout`), in
+   * milliseconds; postgres.js's own default is 30 s.
+   */
+  readonly connectTimeoutMs?: number;
+  /**
+   * The session's own defaults, sent as startup options of every
+   * connection: PostgreSQL then ends a session the process abandoned
+   * (frozen, or its socket lost on one side only) by itself, whatever state
+   * the process is in, not only when a transaction's first statement set
+   * the timeouts (docs/adr/0003-own-transactions.md).
+   */
+  readonly session?: SessionTimeouts;
+}
+
+/** Timeouts every session starts with, in milliseconds (0 disables one). */
+export interface SessionTimeouts {
+  readonly lockTimeoutMs: number;
+  readonly statementTimeoutMs: number;
+  readonly transactionTimeoutMs: number;
+}
+
+/**
+ * The startup options that give a session its timeouts: the three of the
+ * unit of work, and `idle_in_transaction_session_timeout` equal to the
+ * transaction's (a transaction left idle by a process that went away ends
+ * no later than a busy one would).
+ *
+ * @param session the timeouts.
+ * @returns startup options for postgres.js's `connection`.
+ */
+export function sessionOptions(session: SessionTimeouts): Record<string, string> {
+  const ms = (n: number): string => `${String(n)}ms`;
+  return {
+    lock_timeout: ms(session.lockTimeoutMs),
+    statement_timeout: ms(session.statementTimeoutMs),
+    transaction_timeout: ms(session.transactionTimeoutMs),
+    idle_in_transaction_session_timeout: ms(session.transactionTimeoutMs),
+  };
 }
 
 /**
@@ -55,18 +97,49 @@ export const MIN_SERVER_VERSION = 17;
  * @returns the pool; end it with `sql.end()`.
  */
 export function createSql(url: string, options: SqlOptions): Sql {
-  return postgres(url, {
+  const listeners = new Set<() => void>();
+  const sql = postgres(url, {
+    onclose: () => {
+      for (const listener of listeners) listener();
+    },
     max: options.max,
     onnotice: options.onnotice ?? (() => undefined),
     backoff: reconnectBackoff,
+    ...(options.connectTimeoutMs === undefined
+      ? {}
+      : { connect_timeout: options.connectTimeoutMs / 1000 }),
     connection: {
       application_name: options.applicationName,
       plan_cache_mode: 'force_custom_plan',
+      ...(options.session === undefined ? {} : sessionOptions(options.session)),
     },
     // Our timestamps are passed in from the kernel clock as Date values;
     // bigint counts come back as strings and are converted where read.
     types: {},
   });
+  closeListeners.set(sql, listeners);
+  return sql;
+}
+
+const closeListeners = new WeakMap<Sql, Set<() => void>>();
+
+/**
+ * Subscribes to the closing of any connection of a pool made by
+ * {@link createSql} (the unit of work asks again for a connection it was
+ * waiting for then: see platform/pg/transaction.ts).
+ *
+ * @param sql the pool.
+ * @param listener called, synchronously, each time one of its connections closes.
+ * @returns a function that unsubscribes, or undefined for a pool that
+ *   {@link createSql} did not make.
+ */
+export function onConnectionClose(sql: Sql, listener: () => void): (() => void) | undefined {
+  const listeners = closeListeners.get(sql);
+  if (listeners === undefined) return undefined;
+  listeners.add(listener);
+  return () => {
+    listeners.delete(listener);
+  };
 }
 
 /**

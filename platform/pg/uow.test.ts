@@ -5,12 +5,14 @@ import {
   markNonRetryable,
 } from '../../kernel/txn/index.js';
 import { testDatabase, type TestDatabase } from '../../test/harness/db.js';
+import { startForwarder } from '../../test/harness/forwarder.js';
 import { createSql, reconnectBackoff, type Sql } from './client.js';
 import {
   checkedResult,
   IncompleteResultError,
   PgDatabase,
   PgUnitOfWork,
+  TransactionAbortedError,
   TransactionEndedError,
   type PgUnitOfWorkOptions,
 } from './uow.js';
@@ -435,6 +437,184 @@ void t.test(
       }),
       { code: '57014' },
       'a statement before the COMMIT is still bounded',
+    );
+  },
+);
+
+/**
+ * A pool of one connection through a forwarder that counts what the client
+ * writes, and a unit of work over it; the statements are prepared by a
+ * first run, so a counted run sends each one in a single message.
+ */
+async function counted(t: Test) {
+  const { tdb } = await setup(t);
+  const url = new URL(tdb.appUrl);
+  const forwarder = await startForwarder(Number(url.port));
+  t.teardown(() => forwarder.close());
+  url.port = String(forwarder.port);
+  const pool = createSql(url.toString(), { max: 1, applicationName: 'uow-count' });
+  t.teardown(() => pool.end({ timeout: 1 }));
+  const db = new PgDatabase(pool);
+  const uow = new PgUnitOfWork(db, { ...timeouts, retryMax: 0 });
+  const writes = async (fn: () => Promise<unknown>): Promise<number> => {
+    await fn();
+    const before = forwarder.clientChunks();
+    await fn();
+    return forwarder.clientChunks() - before;
+  };
+  return { tdb, db, uow, writes };
+}
+
+void t.test(
+  'BEGIN and the settings travel with the first statement: one statement, two writes',
+  async (t) => {
+    const { db, uow, writes } = await counted(t);
+    let id = 0;
+    const n = await writes(() =>
+      uow.run(async () => {
+        id += 1;
+        await db.sql()`insert into probe values (${id}, 'one')`;
+      }),
+    );
+    t.equal(n, 2, 'BEGIN, settings and the insert; then COMMIT');
+  },
+);
+
+void t.test('a savepoint travels with the statements after it', async (t) => {
+  const { db, uow, writes } = await counted(t);
+  let id = 0;
+  const n = await writes(() =>
+    uow.run(async () => {
+      id += 2;
+      await db.sql()`insert into probe values (${id}, 'outer')`;
+      await uow.run(
+        async () => {
+          await db.sql()`insert into probe values (${id + 1}, 'inner')`;
+        },
+        { nested: true },
+      );
+    }),
+  );
+  t.equal(n, 3, 'BEGIN with the first insert; SAVEPOINT with the second; COMMIT');
+});
+
+void t.test('a failed statement the function caught still fails its transaction', async (t) => {
+  const { db, uow, count } = await setup(t, { retryMax: 0 });
+  await t.rejects(
+    uow.run(async () => {
+      await db.sql()`insert into probe values (1, 'kept?')`;
+      await db.sql()`insert into probe values (1, 'clash')`.catch(() => undefined);
+      return 'swallowed';
+    }),
+    { code: '23505' },
+    'the caught failure, not a success',
+  );
+  t.equal(await count(), 0, 'nothing committed');
+});
+
+void t.test(
+  'a failed statement caught inside a savepoint rolls the savepoint back and the outer work commits',
+  async (t) => {
+    const { db, uow, count } = await setup(t, { retryMax: 0 });
+    await uow.run(async () => {
+      await db.sql()`insert into probe values (1, 'outer')`;
+      await t.rejects(
+        uow.run(
+          async () => {
+            await db.sql()`insert into probe values (2, 'inner')`;
+            await db.sql()`insert into probe values (2, 'clash')`.catch(() => undefined);
+          },
+          { nested: true },
+        ),
+        { code: '23505' },
+      );
+      await db.sql()`insert into probe values (3, 'after')`;
+    });
+    t.equal(await count(), 2, 'the outer rows, not the savepoint one');
+  },
+);
+
+void t.test(
+  'a COMMIT that PostgreSQL answers with a rollback rejects, though no awaited statement failed',
+  async (t) => {
+    const { db, uow, count } = await setup(t, { retryMax: 0 });
+    const unhandled: unknown[] = [];
+    const onUnhandled = (err: unknown): void => {
+      unhandled.push(err);
+    };
+    process.on('unhandledRejection', onUnhandled);
+    t.teardown(() => process.off('unhandledRejection', onUnhandled));
+    await t.rejects(
+      uow.run(async () => {
+        await db.sql()`insert into probe values (1, 'body')`;
+        // Sent and never awaited: its failure aborts the transaction unseen.
+        void db.sql()`select 1 / 0`.execute();
+        await new Promise((r) => setTimeout(r, 50));
+      }),
+      TransactionAbortedError,
+    );
+    t.equal(await count(), 0);
+  },
+);
+
+void t.test(
+  'a statement a detached task starts once the COMMIT is sent is refused, not run after it',
+  async (t) => {
+    const { db, uow, count } = await setup(t);
+    let late: Promise<unknown> | undefined;
+    await uow.run(async () => {
+      await db.sql()`insert into probe values (1, 'in time')`;
+      // Runs after the function returned, before the COMMIT is answered.
+      setImmediate(() => {
+        late = (async () => db.sql()`insert into probe values (2, 'late')`)().then(
+          () => 'ran',
+          (err: unknown) => err,
+        );
+      });
+    });
+    await new Promise((r) => setImmediate(r));
+    t.type(await late, TransactionEndedError);
+    t.equal(await count(), 1);
+  },
+);
+
+void t.test("a transaction's client cannot begin, reserve or end the connection", async (t) => {
+  const { db, uow } = await setup(t);
+  await uow.run(async () => {
+    const tx = db.tx('probing') as unknown as Record<string, () => unknown>;
+    for (const method of ['begin', 'reserve', 'release', 'end', 'listen', 'savepoint']) {
+      t.throws(() => tx[method]!(), /not available on a unit of work's transaction/, method);
+    }
+    await db.sql()`select 1`;
+  });
+});
+
+void t.test(
+  'after a connection lost under fn, the pool of one serves the next unit of work',
+  async (t) => {
+    const { tdb } = await setup(t);
+    const pool = createSql(tdb.appUrl, { max: 1, applicationName: 'uow-lost' });
+    t.teardown(() => pool.end({ timeout: 1 }));
+    const db = new PgDatabase(pool);
+    const uow = new PgUnitOfWork(db, { ...timeouts, retryMax: 0 });
+    const admin = createSql(tdb.adminUrl, { max: 1, applicationName: 'uow-test-admin' });
+    t.teardown(() => admin.end({ timeout: 1 }));
+    await t.rejects(
+      uow.run(async () => {
+        const [me] = await db.sql()<{ pid: number }[]>`select pg_backend_pid() as pid`;
+        await admin`select pg_terminate_backend(${me!.pid})`;
+        await new Promise((r) => setTimeout(r, 100));
+        await db.sql()`insert into probe values (1, 'after the loss')`;
+      }),
+    );
+    await uow.run(async () => {
+      await db.sql()`insert into probe values (2, 'next')`;
+    });
+    const rows = await tdb.owner<{ id: number }[]>`select id from probe order by id`;
+    t.same(
+      rows.map((r) => r.id),
+      [2],
+      'only the next unit of work committed',
     );
   },
 );

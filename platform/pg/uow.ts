@@ -1,7 +1,10 @@
 /**
  * The unit of work over postgres.js: one AsyncLocalStorage holds the current
  * transaction, adapters reach it through {@link PgDatabase}, and the
- * outermost run retries what PostgreSQL calls retryable.
+ * outermost run retries what PostgreSQL calls retryable. Each transaction
+ * runs on a connection reserved from the pool and is driven by hand
+ * (transaction.ts), so BEGIN and every SAVEPOINT travel with the
+ * statements after them.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -13,11 +16,57 @@ import {
   type UnitOfWorkOptions,
 } from '../../kernel/txn/index.js';
 import type { ISql, Sql, TransactionSql } from './client.js';
+import { observed } from './observed.js';
+import {
+  ConnectionTransaction,
+  Reservations,
+  newScope,
+  settle,
+  TransactionEndedError,
+  type Scope,
+  type Settled,
+} from './transaction.js';
+
+export { checkedResult, IncompleteResultError } from './observed.js';
+export { ConnectionStalledError, TransactionEndedError } from './transaction.js';
+
+/**
+ * Thrown when a COMMIT was sent and its answer never came (the connection
+ * was lost or went silent after it): the transaction may have committed or
+ * not. The caller must not say that nothing happened; a keyed request
+ * repeated with its key gets the stored answer if it committed, and runs
+ * afresh if it did not.
+ */
+export class CommitOutcomeUnknownError extends Error {
+  override readonly name = 'CommitOutcomeUnknownError';
+  /** Maps to 503 `commit_outcome_unknown`. */
+  readonly code = 'COMMIT_OUTCOME_UNKNOWN';
+  /** @param cause why the answer never came. */
+  constructor(cause: unknown) {
+    super('the COMMIT was sent and its answer lost: the transaction may have committed', {
+      cause,
+    });
+  }
+}
+
+/**
+ * Whether a COMMIT's failure leaves its outcome unknown: anything but an
+ * ERROR answered by PostgreSQL (a FATAL ends the session while the commit
+ * may already be done, for example while it waits for a standby).
+ */
+function commitOutcomeUnknown(err: unknown): boolean {
+  const { name, severity } = (err ?? {}) as { name?: unknown; severity?: unknown };
+  return name !== 'PostgresError' || severity !== 'ERROR';
+}
 
 /** What the ambient storage holds for the current unit of work. */
 interface Frame {
-  /** The transaction, or the innermost savepoint's handle. */
+  /** The client of the current scope: the transaction, or the innermost savepoint. */
   readonly tx: TransactionSql;
+  /** The transaction the scope belongs to. */
+  readonly txn: ConnectionTransaction;
+  /** Where the current scope records its first failed statement. */
+  readonly scope: Scope;
   /** 1 for the first run of the outermost function, 2 for its first retry, ... */
   readonly attempt: number;
   /**
@@ -33,20 +82,6 @@ interface Frame {
   readonly tails: Promise<Settled<unknown>>[];
   /** True inside a savepoint (a nested run). */
   readonly nested: boolean;
-}
-
-/**
- * Thrown by {@link PgDatabase} when code keeps using a unit of work whose
- * transaction already ended (its connection was lost or it timed out).
- */
-export class TransactionEndedError extends Error {
-  override readonly name = 'TransactionEndedError';
-  /** Maps to 503 like a lost connection: the client may try again. */
-  readonly code = 'CONNECTION_CLOSED';
-  /** @param cause why the transaction ended. */
-  constructor(cause: unknown) {
-    super("the unit of work's transaction has ended (connection lost or timed out)", { cause });
-  }
 }
 
 /** Timeouts applied to every transaction, in milliseconds (0 disables one). */
@@ -68,15 +103,26 @@ export function unitOfWorkSettings(database: {
   readonly lock_timeout: number;
   readonly statement_timeout: number;
   readonly transaction_timeout: number;
+  readonly connect_timeout: number;
   readonly tx_retry_max: number;
 }): PgUnitOfWorkOptions {
   return {
     lockTimeoutMs: database.lock_timeout,
     statementTimeoutMs: database.statement_timeout,
     transactionTimeoutMs: database.transaction_timeout,
+    connectTimeoutMs: database.connect_timeout,
     retryMax: database.tx_retry_max,
   };
 }
+
+/**
+ * How long past `database.transaction_timeout` the process waits for a
+ * transaction's connection before it presumes the connection stalled and
+ * closes it: PostgreSQL ends the session at the timeout itself, so a
+ * transaction still open this much later has a connection nothing comes
+ * through any more.
+ */
+export const STALL_GRACE_MS = 1000;
 
 /** Context given to the test fault hook. */
 export interface FaultContext {
@@ -90,6 +136,12 @@ export interface FaultContext {
 export interface PgUnitOfWorkOptions extends TransactionTimeouts {
   /** Retries after the first attempt (`database.tx_retry_max`). */
   readonly retryMax: number;
+  /**
+   * `database.connect_timeout`: with the transaction timeout, how long an
+   * attempt may wait for a connection (one may have to be opened, and a busy
+   * pool frees one within a transaction's life). Default 5000.
+   */
+  readonly connectTimeoutMs?: number;
   /** Base of the jittered exponential backoff between attempts, in ms (default 5). */
   readonly backoffBaseMs?: number;
   /**
@@ -103,168 +155,6 @@ export interface PgUnitOfWorkOptions extends TransactionTimeouts {
 }
 
 /**
- * Errors that mean the transaction's connection is gone: the server ended the
- * session (terminate, shutdown, failover, transaction or idle timeout) or the
- * socket closed.
- */
-const CONNECTION_LOST: ReadonlySet<string> = new Set([
-  '57P01',
-  '57P02',
-  '57P03',
-  '25P03',
-  '25P04',
-  'CONNECTION_CLOSED',
-  'CONNECTION_ENDED',
-  'CONNECTION_DESTROYED',
-]);
-
-function connectionLost(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && (CONNECTION_LOST.has(code) || code.startsWith('08'));
-}
-
-/**
- * Thrown instead of a result whose rows outnumber its row count. postgres.js
- * 3.4.9 keeps the row index of a query cut off mid-result (its connection
- * lost after some rows) and writes the next query's rows after it
- * (porsager/postgres#1119, #1181): a one-row answer would come back as
- * `[<hole>, row]` and be read as "no row" (a wrong 401 or 404). The caller
- * gets a 503 to retry instead; the driver's next result is whole again.
- */
-export class IncompleteResultError extends Error {
-  override readonly name = 'IncompleteResultError';
-  /** Maps to 503, like a lost connection: the client may try again. */
-  readonly code = 'RESULT_INCOMPLETE';
-  /**
-   * @param length the rows handed back.
-   * @param count the rows PostgreSQL reported.
-   */
-  constructor(length: number, count: number) {
-    super(
-      `the database driver handed back ${String(length)} rows for a result of ${String(count)}: its state is stale after a lost connection`,
-    );
-  }
-}
-
-/**
- * Refuses a result with more rows than PostgreSQL counted (see
- * {@link IncompleteResultError}); a statement that returns no rows (an
- * UPDATE without RETURNING) has fewer, which is fine.
- *
- * @param value a query's result.
- * @returns the same value.
- * @throws IncompleteResultError for a result with holes.
- */
-export function checkedResult<V>(value: V): V {
-  if (Array.isArray(value)) {
-    const count = (value as { count?: unknown }).count;
-    if (typeof count === 'number' && value.length > count) {
-      throw new IncompleteResultError(value.length, count);
-    }
-  }
-  return value;
-}
-
-/**
- * Wraps a lazy postgres.js query's `then` on the instance (never attached
- * eagerly: a fragment interpolated into another query must never run), so
- * its result is checked and its error seen first by `onError`.
- */
-function observe<Q>(query: Q, onError: (err: unknown) => void): Q {
-  if (
-    typeof query !== 'object' ||
-    query === null ||
-    typeof (query as { then?: unknown }).then !== 'function'
-  ) {
-    return query;
-  }
-  const pending = query as unknown as PromiseLike<unknown> & {
-    then: PromiseLike<unknown>['then'];
-  };
-  const then = pending.then.bind(pending);
-  Object.defineProperty(pending, 'then', {
-    configurable: true,
-    writable: true,
-    value: (onFulfilled?: (v: unknown) => unknown, onRejected?: (e: unknown) => unknown) =>
-      then(
-        (v: unknown) => {
-          try {
-            checkedResult(v);
-          } catch (err) {
-            // Handed to the caller's own handler: `await` ignores the promise
-            // then() returns, so a throw here would never reach it.
-            if (onRejected) return onRejected(err);
-            throw err;
-          }
-          return onFulfilled ? onFulfilled(v) : v;
-        },
-        (err: unknown) => {
-          onError(err);
-          if (onRejected) return onRejected(err);
-          throw err;
-        },
-      ),
-  });
-  return query;
-}
-
-/**
- * A client whose statements (tagged templates and `unsafe`) are observed:
- * `before` runs first and may throw, and each result is checked and its
- * error passed to `onError`. Everything else (`begin`, `json`, identifiers)
- * passes through.
- */
-function observed<S extends ISql>(sql: S, before: () => void, onError: (err: unknown) => void): S {
-  return new Proxy(sql, {
-    apply(target, thisArg, args: unknown[]) {
-      // Only tagged templates run statements; sql(identifier) builds a fragment.
-      const isTemplate =
-        Array.isArray(args[0]) && Object.prototype.hasOwnProperty.call(args[0], 'raw');
-      if (isTemplate) before();
-      const result: unknown = Reflect.apply(target, thisArg, args);
-      return isTemplate ? observe(result, onError) : result;
-    },
-    get(target, property, receiver) {
-      const value: unknown = Reflect.get(target, property, receiver);
-      if (property === 'unsafe' && typeof value === 'function') {
-        return (...args: unknown[]) => {
-          before();
-          return observe((value as (...a: unknown[]) => unknown).apply(target, args), onError);
-        };
-      }
-      return value;
-    },
-  });
-}
-
-const watchedCache = new WeakMap<TransactionSql, TransactionSql>();
-
-/**
- * The frame's transaction client, watched: every query run through it marks
- * the transaction ended as soon as it fails because the connection is gone
- * (before the caller's own handler sees the error), and no query starts once
- * the transaction has ended. postgres.js would otherwise queue a statement on
- * the dead connection, whose write throws outside any promise. Results are
- * checked ({@link checkedResult}).
- */
-function watched(frame: Frame): TransactionSql {
-  const cached = watchedCache.get(frame.tx);
-  if (cached) return cached;
-  const { life } = frame;
-  const proxy = observed(
-    frame.tx,
-    () => {
-      if (life.ended !== undefined) throw new TransactionEndedError(life.ended);
-    },
-    (err) => {
-      if (life.ended === undefined && connectionLost(err)) life.ended = err;
-    },
-  );
-  watchedCache.set(frame.tx, proxy);
-  return proxy;
-}
-
-/**
  * Access to the database for adapters: the ambient transaction when inside a
  * unit of work, the pool otherwise.
  */
@@ -273,9 +163,15 @@ export class PgDatabase {
   readonly storage = new AsyncLocalStorage<Frame>();
 
   private readonly pool: Sql;
+  readonly #raw: Sql;
+  #closing = false;
+  /** @internal where units of work get their connections. */
+  readonly reservations: Reservations;
 
   /** @param pool the application role's pool; its results are checked ({@link checkedResult}). */
   constructor(pool: Sql) {
+    this.#raw = pool;
+    this.reservations = new Reservations(pool);
     this.pool = observed(
       pool,
       () => undefined,
@@ -293,7 +189,7 @@ export class PgDatabase {
     const frame = this.storage.getStore();
     if (frame === undefined) return this.pool;
     if (frame.life.ended !== undefined) throw new TransactionEndedError(frame.life.ended);
-    return watched(frame);
+    return frame.tx;
   }
 
   /**
@@ -308,7 +204,7 @@ export class PgDatabase {
     const frame = this.storage.getStore();
     if (!frame) throw new TransactionRequiredError(what);
     if (frame.life.ended !== undefined) throw new TransactionEndedError(frame.life.ended);
-    return watched(frame);
+    return frame.tx;
   }
 
   /**
@@ -350,7 +246,25 @@ export class PgDatabase {
       );
     }
     if (frame.life.ended !== undefined) throw new TransactionEndedError(frame.life.ended);
-    frame.tails.push(settle(build(watched(frame))));
+    frame.tails.push(settle(build(frame.tx)));
+  }
+
+  /** Whether {@link close} has begun. */
+  get closing(): boolean {
+    return this.#closing;
+  }
+
+  /**
+   * Closes the pool: units of work still running finish, and each then
+   * closes its connection instead of handing it back (postgres.js would
+   * otherwise keep a reserved connection handed back during `end()` open
+   * until the timeout).
+   *
+   * @param options postgres.js `end` options: `timeout` in seconds.
+   */
+  async close(options: { readonly timeout?: number } = {}): Promise<void> {
+    this.#closing = true;
+    await this.#raw.end(options);
   }
 
   /** The attempt number of the ambient unit of work (1 for the first run), or 0 outside one. */
@@ -391,72 +305,98 @@ export class PgUnitOfWork implements UnitOfWork {
     if (outer) {
       if (options.nested !== true) return fn();
       if (outer.life.ended !== undefined) throw new TransactionEndedError(outer.life.ended);
-      return (await outer.tx.savepoint(async (sp) => {
-        const outcome = await settle(
-          this.db.storage.run(
-            { tx: sp, attempt: outer.attempt, life: outer.life, tails: outer.tails, nested: true },
-            fn,
-          ),
-        );
-        // The transaction died while fn ran: settling now would make
-        // postgres.js send ROLLBACK TO on the dead connection (see abandon()).
-        if (outer.life.ended !== undefined) return abandon<T>();
-        if (!outcome.ok) throw outcome.error;
-        return outcome.value;
-      })) as T;
+      return this.savepoint(outer, fn);
     }
-    const pool = this.db.poolOutsideTransaction('opening a unit of work');
+    this.db.poolOutsideTransaction('opening a unit of work');
+    const transactionMs = this.options.transactionTimeoutMs;
+    const deadlines =
+      transactionMs > 0
+        ? {
+            reserveMs: transactionMs + (this.options.connectTimeoutMs ?? 5000),
+            transactionMs: transactionMs + STALL_GRACE_MS,
+          }
+        : { reserveMs: 0, transactionMs: 0 };
     for (let attempt = 1; ; attempt++) {
-      const life: { ended: unknown } = { ended: undefined };
       const tails: Promise<Settled<unknown>>[] = [];
-      // An object, not a let: it is set inside the callback's closure.
+      // An object, not a let: it is set by a callback.
       const progress = { fnSettled: true };
+      let txn: ConnectionTransaction | undefined;
       try {
-        const value = (await pool.begin('isolation level read committed', async (tx) => {
-          // Sent without waiting: postgres.js pipelines it ahead of fn's first
-          // statement on the same connection, saving a round trip.
-          const configured = tx`
+        txn = await ConnectionTransaction.open(
+          this.db.reservations,
+          () => this.db.closing,
+          deadlines,
+        );
+        const scope = newScope();
+        const tx = txn.client(scope);
+        // Sent without waiting, with BEGIN and fn's first statement in one write.
+        const configured = settle(
+          tx`
             select set_config('lock_timeout', ${this.settings[0]}, true),
                    set_config('statement_timeout', ${this.settings[1]}, true),
-                   set_config('transaction_timeout', ${this.settings[2]}, true)`.execute();
-          progress.fnSettled = false;
-          const outcome = await settle(
-            this.db.storage.run({ tx, attempt, life, tails, nested: false }, fn),
-          );
+                   set_config('transaction_timeout', ${this.settings[2]}, true)`.execute(),
+        );
+        const frame: Frame = { tx, txn, scope, attempt, life: txn.life, tails, nested: false };
+        progress.fnSettled = false;
+        const running = settle(this.db.storage.run(frame, fn));
+        void running.then(() => {
           progress.fnSettled = true;
-          // Never leave the settings promise unobserved, whatever fn did.
-          const settings = await settle(configured);
-          if (life.ended !== undefined) return abandon<T>();
-          if (!outcome.ok) throw outcome.error;
-          if (!settings.ok) throw settings.error;
-          const fault = this.options.faultHook?.({ attempt, name: options.name });
-          if (fault !== undefined) await raiseSqlState(tx, fault);
-          // The COMMIT runs to its end, in the same write as this: a
-          // statement_timeout during the wait for a synchronous standby
-          // cancels the wait, and PostgreSQL then reports success for a
-          // commit the standby may not have; transaction_timeout would end
-          // the session after the local commit (docs/adr/0002-scale-out.md).
-          tails.push(
-            settle(
-              tx`select set_config('statement_timeout', '0', true),
-                        set_config('transaction_timeout', '0', true)`.execute(),
-            ),
-          );
-          return outcome.value;
-        })) as T;
-        // The transaction is over: a statement a detached task starts later
-        // must fail, not run in whatever transaction the connection serves
-        // next.
-        life.ended = COMMITTED;
+        });
+        // The connection closing rejects at once, even while fn still runs:
+        // a stuck function must not keep its caller waiting.
+        const outcome = await Promise.race([running, txn.closed]);
+        let decided = decide(
+          await txn.settled(txn.began),
+          outcome,
+          await txn.settled(configured),
+          scope,
+        );
+        const fault = decided.ok
+          ? this.options.faultHook?.({ attempt, name: options.name })
+          : undefined;
+        if (fault !== undefined) {
+          const injected = await txn.settled(settle(raiseSqlState(tx, fault)));
+          if (!injected.ok) decided = injected;
+        }
+        if (!decided.ok) {
+          await txn.rollback(tx);
+          throw decided.error;
+        }
+        // The COMMIT runs to its end, in the same write as this: a
+        // statement_timeout during the wait for a synchronous standby
+        // cancels the wait, and PostgreSQL then reports success for a
+        // commit the standby may not have; transaction_timeout would end
+        // the session after the local commit (docs/adr/0002-scale-out.md).
+        tails.push(
+          settle(
+            tx`select set_config('statement_timeout', '0', true),
+                      set_config('transaction_timeout', '0', true)`.execute(),
+          ),
+        );
+        const open = txn;
+        const [sent, committed] = await Promise.all([
+          Promise.all(tails.map((tail) => open.settled(tail))),
+          open.commit(tx),
+        ]);
+        const { answer, written } = committed;
+        if (!answer.ok) {
+          if (written && commitOutcomeUnknown(answer.error)) {
+            throw new CommitOutcomeUnknownError(answer.error);
+          }
+          throw answer.error;
+        }
         // Sent ahead of the COMMIT: one that failed aborted the transaction,
-        // and PostgreSQL answered the COMMIT with a rollback.
-        for (const tail of await Promise.all(tails)) if (!tail.ok) throw tail.error;
-        return value;
+        // and PostgreSQL answered the COMMIT with a rollback. Those that only
+        // met the aborted transaction (25P02) are not the cause.
+        for (const tail of sent) {
+          if (!tail.ok && sqlState(tail.error) !== '25P02') throw tail.error;
+        }
+        if (answer.value.command !== 'COMMIT') throw new TransactionAbortedError();
+        // Committed, but a tail the client never sent failed: report it.
+        for (const tail of sent) if (!tail.ok) throw tail.error;
+        return decided.value;
       } catch (err) {
-        // postgres.js settles begin() as soon as the connection closes, even
-        // while fn still runs: mark the transaction ended so fn's next query
-        // fails at once, and never run fn again beside its own live twin.
-        life.ended = err;
+        // Never run fn again beside its own live twin.
         if (!progress.fnSettled) throw err;
         if (attempt > this.options.retryMax || !isRetryable(err)) throw err;
         this.options.onRetry?.({
@@ -465,35 +405,73 @@ export class PgUnitOfWork implements UnitOfWork {
           name: options.name,
         });
         const base = this.options.backoffBaseMs ?? 5;
+        txn?.finish();
         await sleep(Math.random() * base * 2 ** (attempt - 1));
+      } finally {
+        txn?.finish();
       }
     }
   }
-}
 
-/** What `life.ended` holds once a transaction committed. */
-const COMMITTED = new Error('the unit of work committed');
-
-type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
-
-async function settle<T>(p: PromiseLike<T>): Promise<Settled<T>> {
-  try {
-    return { ok: true, value: await p };
-  } catch (error) {
-    return { ok: false, error };
+  /**
+   * A nested run in a savepoint: SAVEPOINT is sent and `fn` starts at once,
+   * so its first statement travels with it. A failure of any statement sent
+   * in the savepoint (even one `fn` caught) rolls back to it and rejects.
+   */
+  private async savepoint<T>(outer: Frame, fn: () => Promise<T>): Promise<T> {
+    const { txn } = outer;
+    const name = txn.nextSavepoint();
+    const scope = newScope();
+    const tx = txn.client(scope);
+    const opened = settle(tx.unsafe(`savepoint ${name}`).execute());
+    const outcome = await settle(this.db.storage.run({ ...outer, tx, scope, nested: true }, fn));
+    const decided = decide(await txn.settled(opened), outcome, { ok: true, value: null }, scope);
+    if (decided.ok) return decided.value;
+    if (txn.life.ended === undefined) {
+      // In the outer scope: if even this fails, the transaction cannot commit.
+      // A failure is recorded in the outer scope, which then fails; the
+      // cause is below.
+      await txn.settled(settle(outer.tx.unsafe(`rollback to savepoint ${name}`).execute()));
+    }
+    throw decided.error;
   }
 }
 
 /**
- * A promise that never settles, for a transaction callback whose connection
- * is gone. postgres.js rejects begin() as soon as the connection closes but
- * keeps the callback's scope alive; when the callback settles it sends COMMIT
- * or ROLLBACK on the dead connection, which throws outside any promise and
- * crashes the process. Never settling ends that chain; nothing references
- * it any more, so it is collected.
+ * Thrown when PostgreSQL answered a COMMIT with a rollback though no
+ * statement seen by the unit of work failed (one sent and never awaited).
  */
-function abandon<T>(): Promise<T> {
-  return new Promise<T>(() => undefined);
+export class TransactionAbortedError extends Error {
+  override readonly name = 'TransactionAbortedError';
+  constructor() {
+    super('PostgreSQL rolled the transaction back at COMMIT: a statement in it failed');
+  }
+}
+
+/**
+ * How a scope ended: `fn`'s value, or the failure that decides it. BEGIN or
+ * SAVEPOINT first, then what `fn` threw (the scope's own first failure
+ * when `fn` only saw the aborted transaction, 25P02), then the settings,
+ * then a failed statement `fn` caught.
+ */
+function decide<T>(
+  opened: Settled<unknown>,
+  outcome: Settled<T>,
+  settings: Settled<unknown>,
+  scope: Scope,
+): Settled<T> {
+  if (!opened.ok) return opened;
+  if (!outcome.ok) {
+    const aborted = sqlState(outcome.error) === '25P02';
+    return aborted && scope.failed ? { ok: false, error: scope.error } : outcome;
+  }
+  if (!settings.ok) return settings;
+  if (scope.failed) return { ok: false, error: scope.error };
+  return outcome;
+}
+
+function sqlState(err: unknown): unknown {
+  return (err as { code?: unknown } | null)?.code;
 }
 
 async function raiseSqlState(tx: TransactionSql, sqlstate: string): Promise<void> {

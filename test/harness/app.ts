@@ -99,6 +99,8 @@ const EffectBody = Type.Object(
         Type.Literal('secret'),
         Type.Literal('sleep'),
         Type.Literal('sleep_then_query'),
+        Type.Literal('raise_08006'),
+        Type.Literal('raise_57P01'),
       ]),
     ),
     gate: Type.Optional(Type.String()),
@@ -141,6 +143,13 @@ function effectsModule(
             // fall through to the next statement
           }
           await ports.db.sql()`insert into test_effects (id, principal_id, label) values (${newId()}, ${principal}, ${`${body.label}-after`})`;
+        }
+        // An ERROR with a connection-class SQLSTATE, raised by a function on
+        // a live session: the session stays up, only the transaction aborts.
+        if (body.outcome === 'raise_08006' || body.outcome === 'raise_57P01') {
+          const code = body.outcome.slice('raise_'.length);
+          await ports.db.sql()`select set_config('fault.sqlstate', ${code}, true)`;
+          await ports.db.sql()`do $$ begin raise exception 'raised by the test' using errcode = current_setting('fault.sqlstate'); end $$`;
         }
         switch (body.outcome) {
           case 'not_found':
@@ -252,6 +261,11 @@ export interface TestAppOptions {
   /** Configuration through environment-style keys (`DATABASE__LOCK_TIMEOUT`: '100ms'). */
   readonly env?: Record<string, string>;
   readonly faultHook?: (ctx: FaultContext) => string | undefined;
+  /**
+   * The URL the application's pool connects with, made from the test
+   * database's (for example through a forwarder that cuts connections).
+   */
+  readonly appUrl?: (url: string) => string;
 }
 
 /**
@@ -267,9 +281,10 @@ export async function startTestApp(t: Test, options: TestAppOptions = {}): Promi
   await tdb.owner.unsafe(
     `grant select, insert, update, delete on test_effects to ${tdb.state.app.name}`,
   );
+  const appUrl = options.appUrl?.(tdb.appUrl) ?? tdb.appUrl;
   const config = loadConfig({
     env: {
-      DATABASE__URL: tdb.appUrl,
+      DATABASE__URL: appUrl,
       LOG__LEVEL: 'info',
       HTTP__RATE_LIMIT_MAX: '100000',
       METRICS__KEY_STATS_MIN_INTERVAL: '0ms',
@@ -290,7 +305,7 @@ export async function startTestApp(t: Test, options: TestAppOptions = {}): Promi
   const gates = new Gates();
   const app = await buildApp({
     config,
-    appUrl: tdb.appUrl,
+    appUrl,
     logger: createLogger({ appName: config.app.name, level: 'info', stream }),
     clock,
     metrics,

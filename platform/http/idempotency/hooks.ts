@@ -225,15 +225,23 @@ export function keyedHooks(
       case 'in_progress':
         record(req, reply, 'in_progress');
         return sendProblem(reply, inProgressProblem(), req.id);
-      case 'commit_failed':
-        // The answer was ready but the commit failed: nothing happened, nothing is stored.
+      case 'commit_failed': {
         record(req, reply, 'commit_failed');
+        const lost = options.toProblem(decision.error);
+        if (lost.code === 'commit_outcome_unknown') {
+          // The COMMIT was sent and its answer lost: the effect and its key
+          // row may both have committed. A repeat with the key finds out.
+          req.log.error({ err: decision.error }, 'the commit of a keyed request has no answer');
+          return sendProblem(reply, lost, req.id);
+        }
+        // PostgreSQL refused the commit: nothing happened, nothing is stored.
         req.log.error({ err: decision.error }, 'commit of a keyed request failed');
         return sendProblem(
           reply,
           new AppError('internal_error', 'An unexpected error occurred.'),
           req.id,
         );
+      }
       case 'failed': {
         record(req, reply, 'not_stored');
         const appError = options.toProblem(decision.error);

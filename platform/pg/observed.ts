@@ -1,0 +1,140 @@
+/**
+ * Statements watched on their way: a check before each one is created, its
+ * error seen first by an observer, its result checked for the holes a
+ * stale driver state leaves (see {@link IncompleteResultError}).
+ */
+import type { ISql } from './client.js';
+
+/**
+ * Thrown instead of a result whose rows outnumber its row count. postgres.js
+ * 3.4.9 keeps the row index of a query cut off mid-result (its connection
+ * lost after some rows) and writes the next query's rows after it
+ * (porsager/postgres#1119, #1181): a one-row answer would come back as
+ * `[<hole>, row]` and be read as "no row" (a wrong 401 or 404). The caller
+ * gets a 503 to retry instead; the driver's next result is whole again.
+ */
+export class IncompleteResultError extends Error {
+  override readonly name = 'IncompleteResultError';
+  /** Maps to 503, like a lost connection: the client may try again. */
+  readonly code = 'RESULT_INCOMPLETE';
+  /**
+   * @param length the rows handed back.
+   * @param count the rows PostgreSQL reported.
+   */
+  constructor(length: number, count: number) {
+    super(
+      `the database driver handed back ${String(length)} rows for a result of ${String(count)}: its state is stale after a lost connection`,
+    );
+  }
+}
+
+/**
+ * Refuses a result with more rows than PostgreSQL counted (see
+ * {@link IncompleteResultError}); a statement that returns no rows (an
+ * UPDATE without RETURNING) has fewer, which is fine.
+ *
+ * @param value a query's result.
+ * @returns the same value.
+ * @throws IncompleteResultError for a result with holes.
+ */
+export function checkedResult<V>(value: V): V {
+  if (Array.isArray(value)) {
+    const count = (value as { count?: unknown }).count;
+    if (typeof count === 'number' && value.length > count) {
+      throw new IncompleteResultError(value.length, count);
+    }
+  }
+  return value;
+}
+
+/**
+ * Wraps a lazy postgres.js query's `then` on the instance (never attached
+ * eagerly: a fragment interpolated into another query must never run), so
+ * its result is checked and its error seen first by `onError`.
+ */
+function observe<Q>(query: Q, onError: (err: unknown) => void): Q {
+  if (
+    typeof query !== 'object' ||
+    query === null ||
+    typeof (query as { then?: unknown }).then !== 'function'
+  ) {
+    return query;
+  }
+  const pending = query as unknown as PromiseLike<unknown> & {
+    then: PromiseLike<unknown>['then'];
+  };
+  const then = pending.then.bind(pending);
+  Object.defineProperty(pending, 'then', {
+    configurable: true,
+    writable: true,
+    value: (onFulfilled?: (v: unknown) => unknown, onRejected?: (e: unknown) => unknown) =>
+      then(
+        (v: unknown) => {
+          try {
+            checkedResult(v);
+          } catch (err) {
+            // Handed to the caller's own handler: `await` ignores the promise
+            // then() returns, so a throw here would never reach it.
+            if (onRejected) return onRejected(err);
+            throw err;
+          }
+          return onFulfilled ? onFulfilled(v) : v;
+        },
+        (err: unknown) => {
+          onError(err);
+          if (onRejected) return onRejected(err);
+          throw err;
+        },
+      ),
+  });
+  return query;
+}
+
+/**
+ * A client whose statements (tagged templates and `unsafe`) are observed:
+ * `before` runs first and may throw, and each result is checked and its
+ * error passed to `onError`. The methods named in `refused` throw when
+ * called (a transaction's client must not end, reserve or nest the
+ * connection under it); everything else (`json`, identifiers) passes
+ * through.
+ *
+ * @param sql the client to watch.
+ * @param before runs before each statement is made; may throw to refuse it.
+ * @param onError sees each statement's error before its caller does.
+ * @param refused methods that must not be called on this client.
+ * @returns the watched client.
+ */
+export function observed<S extends ISql>(
+  sql: S,
+  before: () => void,
+  onError: (err: unknown) => void,
+  refused: ReadonlySet<string> = NONE,
+): S {
+  return new Proxy(sql, {
+    apply(target, thisArg, args: unknown[]) {
+      // Only tagged templates run statements; sql(identifier) builds a fragment.
+      const isTemplate =
+        Array.isArray(args[0]) && Object.prototype.hasOwnProperty.call(args[0], 'raw');
+      if (isTemplate) before();
+      const result: unknown = Reflect.apply(target, thisArg, args);
+      return isTemplate ? observe(result, onError) : result;
+    },
+    get(target, property, receiver) {
+      if (typeof property === 'string' && refused.has(property)) {
+        return () => {
+          throw new Error(`${property}() is not available on a unit of work's transaction`);
+        };
+      }
+      const value: unknown = Reflect.get(target, property, receiver);
+      if (property === 'unsafe' && typeof value === 'function') {
+        return (...args: unknown[]) => {
+          before();
+          return observe((value as (...a: unknown[]) => unknown).apply(target, args), onError);
+        };
+      }
+      return value;
+    },
+  });
+}
+
+const NONE: ReadonlySet<string> = new Set();
