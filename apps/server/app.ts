@@ -22,6 +22,7 @@ import { createSql, type Sql } from '../../platform/pg/client.js';
 import {
   PgDatabase,
   PgUnitOfWork,
+  STALL_GRACE_MS,
   unitOfWorkSettings,
   type FaultContext,
 } from '../../platform/pg/uow.js';
@@ -167,7 +168,12 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     connectTimeoutMs: config.database.connect_timeout,
     session: unitOfWorkSettings(config.database),
   });
-  const db = new PgDatabase(sql);
+  const db = new PgDatabase(sql, {
+    statementDeadlineMs:
+      config.database.statement_timeout === 0
+        ? 0
+        : config.database.statement_timeout + config.database.connect_timeout + STALL_GRACE_MS,
+  });
   const uow = new PgUnitOfWork(db, {
     ...unitOfWorkSettings(config.database),
     ...(deps.faultHook === undefined ? {} : { faultHook: deps.faultHook }),

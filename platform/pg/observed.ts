@@ -52,7 +52,22 @@ export function checkedResult<V>(value: V): V {
  * eagerly: a fragment interpolated into another query must never run), so
  * its result is checked and its error seen first by `onError`.
  */
-function observe<Q>(query: Q, onError: (err: unknown) => void): Q {
+/**
+ * A bound on how long a statement of the pool may go unanswered: past it
+ * the caller gets `stalled()`'s error and `onStall` sees the statement
+ * (to end the session it was written to).
+ */
+export interface StatementDeadline {
+  readonly ms: number;
+  readonly stalled: () => Error;
+  readonly onStall: (query: unknown) => void;
+}
+
+function observe<Q>(
+  query: Q,
+  onError: (err: unknown) => void,
+  deadline: StatementDeadline | undefined,
+): Q {
   if (
     typeof query !== 'object' ||
     query === null ||
@@ -63,7 +78,32 @@ function observe<Q>(query: Q, onError: (err: unknown) => void): Q {
   const pending = query as unknown as PromiseLike<unknown> & {
     then: PromiseLike<unknown>['then'];
   };
-  const then = pending.then.bind(pending);
+  const own = pending.then.bind(pending);
+  let raced: PromiseLike<unknown> | undefined;
+  // One timer per statement, made when it is first awaited (then() may be
+  // called more than once).
+  const then: PromiseLike<unknown>['then'] =
+    deadline === undefined
+      ? own
+      : (onFulfilled, onRejected) => {
+          raced ??= new Promise<unknown>((resolve, reject) => {
+            const timer = setTimeout(() => {
+              deadline.onStall(query);
+              reject(deadline.stalled());
+            }, deadline.ms);
+            own(
+              (v) => {
+                clearTimeout(timer);
+                resolve(v);
+              },
+              (err: unknown) => {
+                clearTimeout(timer);
+                reject(err instanceof Error ? err : new Error(String(err)));
+              },
+            );
+          });
+          return raced.then(onFulfilled, onRejected);
+        };
   Object.defineProperty(pending, 'then', {
     configurable: true,
     writable: true,
@@ -102,6 +142,7 @@ function observe<Q>(query: Q, onError: (err: unknown) => void): Q {
  * @param before runs before each statement is made; may throw to refuse it.
  * @param onError sees each statement's error before its caller does.
  * @param refused methods that must not be called on this client.
+ * @param deadline how long a statement may go unanswered, if bounded.
  * @returns the watched client.
  */
 export function observed<S extends ISql>(
@@ -109,6 +150,7 @@ export function observed<S extends ISql>(
   before: () => void,
   onError: (err: unknown) => void,
   refused: ReadonlySet<string> = NONE,
+  deadline?: StatementDeadline,
 ): S {
   return new Proxy(sql, {
     apply(target, thisArg, args: unknown[]) {
@@ -117,7 +159,7 @@ export function observed<S extends ISql>(
         Array.isArray(args[0]) && Object.prototype.hasOwnProperty.call(args[0], 'raw');
       if (isTemplate) before();
       const result: unknown = Reflect.apply(target, thisArg, args);
-      return isTemplate ? observe(result, onError) : result;
+      return isTemplate ? observe(result, onError, deadline) : result;
     },
     get(target, property, receiver) {
       if (typeof property === 'string' && refused.has(property)) {
@@ -129,7 +171,11 @@ export function observed<S extends ISql>(
       if (property === 'unsafe' && typeof value === 'function') {
         return (...args: unknown[]) => {
           before();
-          return observe((value as (...a: unknown[]) => unknown).apply(target, args), onError);
+          return observe(
+            (value as (...a: unknown[]) => unknown).apply(target, args),
+            onError,
+            deadline,
+          );
         };
       }
       return value;

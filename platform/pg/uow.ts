@@ -18,6 +18,7 @@ import {
 import type { ISql, Sql, TransactionSql } from './client.js';
 import { observed } from './observed.js';
 import {
+  ConnectionStalledError,
   ConnectionTransaction,
   Reservations,
   newScope,
@@ -168,14 +169,32 @@ export class PgDatabase {
   /** @internal where units of work get their connections. */
   readonly reservations: Reservations;
 
-  /** @param pool the application role's pool; its results are checked ({@link checkedResult}). */
-  constructor(pool: Sql) {
+  /**
+   * @param pool the application role's pool; its results are checked ({@link checkedResult}).
+   * @param options `statementDeadlineMs`: how long a statement of the pool
+   *   (outside any unit of work) may go unanswered before its caller gets
+   *   `ConnectionStalledError` and the session it was written to is ended
+   *   (0 or absent: no bound). The server passes `database.statement_timeout`
+   *   plus `database.connect_timeout` plus {@link STALL_GRACE_MS}.
+   */
+  constructor(pool: Sql, options: { readonly statementDeadlineMs?: number } = {}) {
     this.#raw = pool;
     this.reservations = new Reservations(pool);
+    const ms = options.statementDeadlineMs ?? 0;
     this.pool = observed(
       pool,
       () => undefined,
       () => undefined,
+      undefined,
+      ms > 0
+        ? {
+            ms,
+            stalled: () => new ConnectionStalledError('a statement', ms),
+            onStall: (query) => {
+              endSessionOf(pool, query);
+            },
+          }
+        : undefined,
     );
   }
 
@@ -271,6 +290,22 @@ export class PgDatabase {
   attempt(): number {
     return this.storage.getStore()?.attempt ?? 0;
   }
+}
+
+/**
+ * Ends the session a stalled statement was written to, from another
+ * connection of the pool: its own connection hears nothing, so the server
+ * closing the session is what frees it (postgres.js reconnects it). A
+ * statement never written (still waiting for a connection) names no
+ * session, and nothing is done.
+ */
+function endSessionOf(pool: Sql, query: unknown): void {
+  const pid = (query as { state?: { pid?: unknown } } | null)?.state?.pid;
+  if (typeof pid !== 'number') return;
+  pool`select pg_terminate_backend(${pid})`.then(
+    () => undefined,
+    () => undefined,
+  );
 }
 
 /**

@@ -5,11 +5,13 @@
  * point of a transaction (BEGIN sent and unanswered, the key's insert
  * answered, in the middle of the handler's statements, COMMIT sent and
  * unanswered, COMMIT answered) in a random way (reset, close, half-open,
- * black hole, pg_terminate_backend), while some handlers raise an ERROR
- * with SQLSTATE 08006 or 57P01 on their live session.
+ * black hole, pg_terminate_backend), or the bearer token's read on the
+ * pool, while some handlers raise an ERROR with SQLSTATE 08006 or 57P01 on
+ * their live session.
  *
  * After every round, for every request: it ended (an answer or a clear
- * 5xx) within transaction_timeout plus the connect timeout plus a margin;
+ * 5xx, never a 401 for its valid token) within transaction_timeout plus
+ * the connect timeout plus a margin;
  * no unhandled rejection; the pool answers as many parallel queries as it
  * has connections; no session of the application sits idle in a
  * transaction; a repeat of each keyed request gets the stored answer or
@@ -64,6 +66,10 @@ const POINTS: Record<string, Omit<Trigger, 'way'>> = {
   mid_handler: { match: /insert into test_effects/, when: 'before' },
   commit_unanswered: { match: /\bcommit\b/i, when: 'after' },
   commit_answered: { match: /\bcommit\b/i, when: 'after_answer' },
+  // The bearer token's read, on the pool outside any transaction: a cut
+  // there must be a 503, never a 401 that tells the client its token is bad.
+  token_unsent: { match: /from api_tokens/, when: 'before' },
+  token_unanswered: { match: /from api_tokens/, when: 'after' },
 };
 
 /** The code of an answer that says the COMMIT was sent and its answer lost. */
@@ -161,6 +167,8 @@ void t.test('every unit of work ends, whatever cuts its connection', async (t) =
       DATABASE__TRANSACTION_TIMEOUT: `${String(TIMEOUTS.transaction)}ms`,
       DATABASE__CONNECT_TIMEOUT: `${String(TIMEOUTS.connect)}ms`,
       DATABASE__TX_RETRY_MAX: '1',
+      // Every request reads its token, so cuts meet the pool's reads too.
+      IDENTITY__TOKEN_CACHE_TTL: '0s',
       LOG__LEVEL: 'fatal',
     },
     appUrl: (url) => {
@@ -225,6 +233,8 @@ void t.test('every unit of work ends, whatever cuts its connection', async (t) =
     answers.forEach((a, i) => {
       const r = sent[i] as Sent;
       if (a === 'hung') fail(`${where}: ${r.label} did not end within ${String(BOUND_MS)} ms`);
+      else if (a.status === 401)
+        fail(`${where}: ${r.label} with a valid token answered 401 ${String(a.code)}`);
       else if (a.status >= 500 && a.code === undefined)
         fail(`${where}: ${r.label} answered ${String(a.status)} without a problem code`);
     });
