@@ -85,8 +85,9 @@ function judge(name: string, value: number, op: '>=' | '<=', threshold: number):
  * Judges the run against the targets of the performance issue
  * (docs/performance.md, "Targets").
  *
- * @param figures the run; needs scenarios ceiling_unkeyed, unkeyed, keyed,
- *   read, replay, keyed_1m, cleanup_without, cleanup_during and peer.
+ * @param figures the run; needs scenarios limit_unkeyed, ceiling_unkeyed,
+ *   unkeyed, keyed, read, replay, keyed_1m, cleanup_without, cleanup_during
+ *   and peer.
  * @returns one result per target, in the chapter's order.
  * @throws Error when a scenario is missing.
  */
@@ -116,6 +117,12 @@ export function judgeTargets(figures: BenchFigures): TargetResult[] {
       bursts.length > 0 && bursts.every((n) => n === 1) ? 1 : 0,
       '>=',
       1,
+    ),
+    judge(
+      'in-process ceiling / physical limit, unkeyed',
+      rps('ceiling_unkeyed') / rps('limit_unkeyed'),
+      '>=',
+      0.5,
     ),
   ];
 }

@@ -4,7 +4,9 @@
  * server (`serve --role api`) as a separate process on 127.0.0.1 and drives
  * the ledger transfer route with autocannon from this process:
  *
- * 0. the in-process ceiling: the same transfer use case, unkeyed and keyed,
+ * 0. the physical limit: the same transfer as one raw postgres.js statement
+ *    in an implicit transaction, unkeyed and with its completed key row
+ *    (limit.ts); then the in-process ceiling: the same transfer use case, unkeyed and keyed,
  *    called by concurrent callers in this process with no HTTP (ceiling.ts);
  * 1. unkeyed transfers (the baseline: same route, same transaction);
  * 2. keyed transfers, a fresh key per request;
@@ -48,6 +50,7 @@ import { openDatabase } from '../../platform/pg/database.js';
 import { freePort } from '../../platform/pg/embedded.js';
 import { PgDatabase, PgUnitOfWork, unitOfWorkSettings } from '../../platform/pg/uow.js';
 import { runCeiling } from './ceiling.js';
+import { runLimit } from './limit.js';
 import { burst, measure, type LoadFigures, type LoadRequest } from './load.js';
 import { postmasterPid } from './proc.js';
 import {
@@ -271,6 +274,36 @@ async function main(): Promise<void> {
     const auth = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
     const config = loadConfig({ env: { DATABASE__URL: target.appUrl } });
     const scenarios: ScenarioFigures[] = [];
+
+    // The physical limit: the same transfer as one raw statement, same pool
+    // size and callers as the ceiling (test/bench/limit.ts).
+    if (wanted('limit')) {
+      const limitSql = createSql(target.appUrl, {
+        max: config.database.pool_max,
+        applicationName: 'bench-limit',
+      });
+      for (const [id, label, keyedLimit] of [
+        ['limit_unkeyed', 'physical limit, unkeyed', false],
+        ['limit_keyed', 'physical limit, completed key row in the statement', true],
+      ] as const) {
+        const base = {
+          sql: limitSql,
+          principalId,
+          nextBody: () => transferBody(accounts),
+          concurrency: CONNECTIONS,
+          keyed: keyedLimit,
+          ttlMs: config.sync.idempotency_key_ttl,
+          postmasterPid: pgPid,
+        };
+        await runLimit({ ...base, seconds: WARMUP });
+        const windows: LoadFigures[] = [];
+        for (let i = 0; i < RUNS; i++) windows.push(await runLimit({ ...base, seconds: SECONDS }));
+        windows.sort((a, b) => a.rps - b.rps);
+        log(`${label}: calls/s of the windows ${windows.map((w) => w.rps.toFixed(0)).join(', ')}`);
+        scenarios.push(toScenario(id, label, windows[Math.floor(windows.length / 2)]!));
+      }
+      await limitSql.end();
+    }
 
     // The in-process ceiling, before the server starts: the same use case,
     // unit of work, pool size and database, no HTTP.
