@@ -6,6 +6,7 @@
  * nothing half, and leave the pool serving. The waits below detect hangs
  * (a run that never settles); they measure no speed.
  */
+import net from 'node:net';
 import t, { type Test } from 'tap';
 import { testDatabase, type TestDatabase } from '../../test/harness/db.js';
 import { startForwarder, type Forwarder } from '../../test/harness/forwarder.js';
@@ -206,3 +207,23 @@ void t.test(
     t.equal(await count(), 1, 'its write committed once');
   },
 );
+
+void t.test('a connect the server never answers fails within the connect timeout', async (t) => {
+  // A listener that accepts the TCP connection and never says a word, as a
+  // server behind a dead proxy or under a SYN flood would.
+  const silent = net.createServer(() => undefined);
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  const port = (silent.address() as net.AddressInfo).port;
+  t.teardown(() => {
+    silent.close();
+  });
+  const pool = createSql(`postgres://nobody:secret@127.0.0.1:${String(port)}/none`, {
+    max: 1,
+    applicationName: 'uow-faults-silent',
+    connectTimeoutMs: 300,
+  });
+  t.teardown(() => pool.end({ timeout: 0 }));
+  const got = await within(pool`select 1`, 3000);
+  t.equal(got.settled, true, 'the query settles');
+  t.match(got.value, { code: 'CONNECT_TIMEOUT' }, 'with the connect timeout');
+});
