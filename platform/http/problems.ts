@@ -192,7 +192,9 @@ export function toAppError(err: unknown): AppError {
       'commit_outcome_unknown',
       'The change may or may not have been made: the answer to its commit was lost.',
       {
-        retryAfterSeconds: 1,
+        // No Retry-After here: a client or proxy that repeats any 503 with
+        // one would repeat a request without a key blindly. The keyed path
+        // adds it (a repeat with the key is safe).
         hint: 'Repeat the request with the same Idempotency-Key: the stored answer comes back if the change was made, and it is made once if it was not. Without a key, check whether it was made before repeating it.',
         cause: err,
       },

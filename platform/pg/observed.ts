@@ -60,13 +60,15 @@ export function checkedResult<V>(value: V): V {
 export interface StatementDeadline {
   readonly ms: number;
   readonly stalled: () => Error;
-  readonly onStall: (query: unknown) => void;
+  /** Sees the statement and when it was made. */
+  readonly onStall: (query: unknown, madeAt: Date) => void;
 }
 
 function observe<Q>(
   query: Q,
   onError: (err: unknown) => void,
   deadline: StatementDeadline | undefined,
+  before: () => void,
 ): Q {
   if (
     typeof query !== 'object' ||
@@ -75,10 +77,41 @@ function observe<Q>(
   ) {
     return query;
   }
+  // postgres.js sends a statement only when it is first awaited or
+  // executed, to whatever session its connection holds then: the check that
+  // refuses it runs again at that moment, so a statement made in a
+  // transaction and first awaited after it ended never runs outside it (or
+  // in the next transaction on the same connection). One whose sending was
+  // asked for earlier (executed, or awaited) goes out as asked, ahead of the
+  // COMMIT or ROLLBACK that followed it.
+  const lazy = query as unknown as {
+    handle?: unknown;
+    executed?: boolean;
+    reject?: (err: unknown) => void;
+  };
+  const handle = lazy.handle;
+  if (typeof handle === 'function' && typeof lazy.reject === 'function') {
+    const reject = lazy.reject;
+    let asked = false;
+    lazy.handle = () => {
+      if (!asked && lazy.executed !== true) {
+        asked = true;
+        try {
+          before();
+        } catch (err) {
+          lazy.executed = true;
+          reject(err);
+          return Promise.resolve();
+        }
+      }
+      return (handle as () => unknown).call(query);
+    };
+  }
   const pending = query as unknown as PromiseLike<unknown> & {
     then: PromiseLike<unknown>['then'];
   };
   const own = pending.then.bind(pending);
+  const madeAt = deadline === undefined ? undefined : new Date();
   let raced: PromiseLike<unknown> | undefined;
   // One timer per statement, made when it is first awaited (then() may be
   // called more than once).
@@ -88,7 +121,7 @@ function observe<Q>(
       : (onFulfilled, onRejected) => {
           raced ??= new Promise<unknown>((resolve, reject) => {
             const timer = setTimeout(() => {
-              deadline.onStall(query);
+              deadline.onStall(query, madeAt ?? new Date());
               reject(deadline.stalled());
             }, deadline.ms);
             own(
@@ -159,7 +192,7 @@ export function observed<S extends ISql>(
         Array.isArray(args[0]) && Object.prototype.hasOwnProperty.call(args[0], 'raw');
       if (isTemplate) before();
       const result: unknown = Reflect.apply(target, thisArg, args);
-      return isTemplate ? observe(result, onError, deadline) : result;
+      return isTemplate ? observe(result, onError, deadline, before) : result;
     },
     get(target, property, receiver) {
       if (typeof property === 'string' && refused.has(property)) {
@@ -175,6 +208,7 @@ export function observed<S extends ISql>(
             (value as (...a: unknown[]) => unknown).apply(target, args),
             onError,
             deadline,
+            before,
           );
         };
       }

@@ -33,11 +33,17 @@ import { observed } from './observed.js';
 export interface Scope {
   failed: boolean;
   error: unknown;
+  /**
+   * Set when a savepoint's run is over (released or rolled back to): a
+   * statement of its client sent later would land in the outer transaction,
+   * beside an answer that says the savepoint's work was undone.
+   */
+  ended: boolean;
 }
 
 /** A scope with no failure yet. */
 export function newScope(): Scope {
-  return { failed: false, error: undefined };
+  return { failed: false, error: undefined, ended: false };
 }
 
 /** A settled promise's outcome. */
@@ -102,24 +108,29 @@ export class ConnectionStalledError extends Error {
  * out), so it never settles and its caller waits forever. This is what
  * hung a keyed request in the failover soak (docs/adr/0003-own-transactions.md).
  *
- * Each waiter therefore asks again whenever a connection of the pool
- * closes (or every second, for a pool {@link createSql} did not make); the
- * first reservation to settle wins, and any other that arrives later is
- * released at once. The whole wait is bounded by a deadline.
+ * Each wait asks the pool once, and the waits ask once more each time a
+ * connection of the pool closes while any wait is pending (a close drops at
+ * most one reservation: the pool takes one queued request off its queue
+ * then); for a pool {@link createSql} did not make, once a second while
+ * any wait is pending. Whatever an ask brings goes to the oldest wait still
+ * pending, and back to the pool when none is; a failed ask fails the oldest
+ * wait. So asks never outnumber the waits and the closes, and no connection
+ * is left with nobody. Each wait is bounded by a deadline.
  */
 export class Reservations {
   readonly #pool: Sql;
-  readonly #waiting = new Set<() => void>();
+  readonly #waits: Wait[] = [];
   readonly #heard: boolean;
+  #poll: NodeJS.Timeout | undefined;
 
   /** @param pool the application role's pool. */
   constructor(pool: Sql) {
     this.#pool = pool;
     const off = onConnectionClose(pool, () => {
       // Not now: the pool is still handing the closed connection its next
-      // query, and a reservation asked for here would race that.
+      // queued request, and an ask made here would race that.
       setImmediate(() => {
-        for (const again of [...this.#waiting]) again();
+        if (this.#waits.length > 0) this.#ask();
       });
     });
     this.#heard = off !== undefined;
@@ -135,44 +146,72 @@ export class Reservations {
    */
   reserve(deadlineMs: number): Promise<postgres.ReservedSql> {
     return new Promise((resolve, reject) => {
-      let done = false;
       let timer: NodeJS.Timeout | undefined;
-      let poll: NodeJS.Timeout | undefined;
-      const end = (): void => {
-        done = true;
-        this.#waiting.delete(ask);
-        clearTimeout(timer);
-        clearInterval(poll);
+      const wait: Wait = {
+        give: (reserved) => {
+          clearTimeout(timer);
+          resolve(reserved);
+        },
+        fail: (err) => {
+          clearTimeout(timer);
+          reject(err instanceof Error ? err : new Error(String(err)));
+        },
       };
-      const ask = (): void => {
-        this.#pool.reserve().then(
-          (reserved) => {
-            if (done) {
-              reserved.release();
-              return;
-            }
-            end();
-            resolve(reserved);
-          },
-          (err: unknown) => {
-            if (done) return;
-            end();
-            reject(err instanceof Error ? err : new Error(String(err)));
-          },
-        );
-      };
-      this.#waiting.add(ask);
+      this.#waits.push(wait);
       if (deadlineMs > 0) {
         timer = setTimeout(() => {
-          if (done) return;
-          end();
+          if (!this.#drop(wait)) return;
           reject(new ConnectionStalledError('waiting for a database connection', deadlineMs));
         }, deadlineMs);
       }
-      if (!this.#heard) poll = setInterval(ask, 1000);
-      ask();
+      if (!this.#heard && this.#poll === undefined) {
+        this.#poll = setInterval(() => {
+          if (this.#waits.length > 0) this.#ask();
+        }, 1000);
+      }
+      this.#ask();
     });
   }
+
+  /** Asks the pool for one connection, for whichever wait is oldest when it comes. */
+  #ask(): void {
+    this.#pool.reserve().then(
+      (reserved) => {
+        const wait = this.#next();
+        if (wait === undefined) reserved.release();
+        else wait.give(reserved);
+      },
+      (err: unknown) => {
+        this.#next()?.fail(err);
+      },
+    );
+  }
+
+  #next(): Wait | undefined {
+    const wait = this.#waits.shift();
+    if (this.#waits.length === 0 && this.#poll !== undefined) {
+      clearInterval(this.#poll);
+      this.#poll = undefined;
+    }
+    return wait;
+  }
+
+  #drop(wait: Wait): boolean {
+    const index = this.#waits.indexOf(wait);
+    if (index === -1) return false;
+    this.#waits.splice(index, 1);
+    if (this.#waits.length === 0 && this.#poll !== undefined) {
+      clearInterval(this.#poll);
+      this.#poll = undefined;
+    }
+    return true;
+  }
+}
+
+/** One caller waiting for a connection. */
+interface Wait {
+  give(reserved: postgres.ReservedSql): void;
+  fail(err: unknown): void;
 }
 
 /** postgres.js's own errors for a connection that closed or was ended. */
@@ -196,6 +235,9 @@ const DRIVER_LOST: ReadonlySet<string> = new Set([
  */
 export function connectionLost(err: unknown): boolean {
   if (typeof err !== 'object' || err === null) return false;
+  // Our own refusal of a statement sent too late says nothing about the
+  // connection (its code only maps it to 503).
+  if (err instanceof TransactionEndedError) return false;
   const { code, severity, syscall } = err as {
     code?: unknown;
     severity?: unknown;
@@ -222,6 +264,8 @@ const REFUSED: ReadonlySet<string> = new Set([
 
 /** What `life.ended` holds once COMMIT has been sent. */
 export const COMMITTED = new Error('the unit of work committed');
+/** The cause of a statement refused because its savepoint's run is over. */
+const SAVEPOINT_ENDED = new Error("the savepoint's run is over");
 /** What `life.ended` holds once ROLLBACK has been sent. */
 const ROLLED_BACK = new Error('the unit of work rolled back');
 
@@ -339,6 +383,7 @@ export class ConnectionTransaction {
       this.#reserved,
       () => {
         if (this.life.ended !== undefined) throw new TransactionEndedError(this.life.ended);
+        if (scope.ended) throw new TransactionEndedError(SAVEPOINT_ENDED);
       },
       (err) => {
         if (connectionLost(err)) this.#lose(err);
@@ -379,10 +424,11 @@ export class ConnectionTransaction {
       answer.ok || (answer.error as { name?: unknown }).name === 'PostgresError'
         ? 'ended'
         : 'unknown';
-    // postgres.js gives a statement its connection's state when it writes
-    // it; one still waiting in the reserved connection's own queue (behind
+    // postgres.js gives a statement its connection's state (null until
+    // then) when it writes it; one still waiting in the reserved connection's own queue (behind
     // a statement being described) never reached the server.
-    const written = (query as unknown as { state?: unknown }).state !== undefined;
+    const state = (query as unknown as { state?: unknown }).state;
+    const written = state !== null && state !== undefined;
     return { answer, written };
   }
 

@@ -81,14 +81,10 @@ void t.test(
     }, 200);
     const outcome = await within(run, 5_000);
     t.ok(outcome.settled, 'the run settles');
-    // The COMMIT may already be written behind the sleeping statement when
-    // the session dies: the run then says the outcome is unknown, never
-    // that nothing happened.
-    t.match(
-      outcome.value,
-      { code: /^(57P01|CONNECTION_CLOSED|COMMIT_OUTCOME_UNKNOWN)$/ },
-      'with the lost connection',
-    );
+    // The COMMIT waits in the driver's queue behind the sleeping statement
+    // (written only once it is answered, after 500 ms): it never reached
+    // the server, so the outcome is known, not unknown.
+    t.match(outcome.value, { code: /^(57P01|CONNECTION_CLOSED)$/ }, 'with the lost connection');
     t.equal(await count(), 0, 'nothing committed');
     // postgres.js may hand the FATAL of the lost session to the first query
     // issued before the socket closed (so with its own begin() too): the
@@ -227,3 +223,92 @@ void t.test('a connect the server never answers fails within the connect timeout
   t.equal(got.settled, true, 'the query settles');
   t.match(got.value, { code: 'CONNECT_TIMEOUT' }, 'with the connect timeout');
 });
+
+void t.test(
+  'a statement made in a unit of work and sent after it ended is refused, never run outside it or in the next one',
+  async (t) => {
+    const { db, uow, count } = await setup(t);
+    let late: PromiseLike<unknown> | undefined;
+    await t.rejects(
+      uow.run(() => {
+        // Made, not sent: postgres.js sends a statement when it is awaited.
+        late = db.sql()`insert into probe values (1, 'made in a rolled back unit')`;
+        return Promise.reject(new Error('roll back'));
+      }),
+      /roll back/,
+    );
+    // The next unit of work takes the same (only) connection.
+    const next = uow.run(async () => {
+      await db.sql()`insert into probe values (2, 'the next unit')`;
+      await t.rejects(
+        Promise.resolve(late),
+        { name: 'TransactionEndedError' },
+        'refused when sent',
+      );
+    });
+    await next;
+    t.equal(await count(), 1, 'only the next unit wrote');
+  },
+);
+
+void t.test(
+  "a statement of a savepoint sent after the savepoint's run is refused, so a rolled back savepoint keeps nothing",
+  async (t) => {
+    const { db, uow, tdb } = await setup(t);
+    let late: PromiseLike<unknown> | undefined;
+    await uow.run(async () => {
+      await t.rejects(
+        uow.run(
+          () => {
+            late = db.sql()`insert into probe values (1, 'made in the savepoint')`;
+            return Promise.reject(new Error('roll back to the savepoint'));
+          },
+          { nested: true },
+        ),
+        /roll back to the savepoint/,
+      );
+      await t.rejects(
+        Promise.resolve(late),
+        { name: 'TransactionEndedError' },
+        'refused when sent',
+      );
+      await db.sql()`insert into probe values (2, 'the outer unit')`;
+    });
+    const rows = await tdb.owner<{ id: number }[]>`select id from probe order by id`;
+    t.same(
+      rows.map((r) => r.id),
+      [2],
+      "the savepoint's late statement did not commit with the outer unit",
+    );
+  },
+);
+
+void t.test(
+  'units of work waiting while the database refuses connections fail with the refusal, not their deadline',
+  async (t) => {
+    const closed = net.createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const port = (closed.address() as net.AddressInfo).port;
+    await new Promise<void>((resolve) =>
+      closed.close(() => {
+        resolve();
+      }),
+    );
+    const pool = createSql(`postgres://nobody:secret@127.0.0.1:${String(port)}/none`, {
+      max: 4,
+      applicationName: 'uow-faults-refused',
+    });
+    t.teardown(() => pool.end({ timeout: 0 }));
+    const db = new PgDatabase(pool);
+    // A deadline far beyond the wait below: only a refusal settles in time.
+    const uow = new PgUnitOfWork(db, { ...timeouts, transactionTimeoutMs: 40_000, retryMax: 0 });
+    const runs = Array.from({ length: 40 }, () => uow.run(() => Promise.resolve('ran')));
+    const ended = await Promise.all(runs.map((run) => within(run, 15_000)));
+    t.equal(ended.filter((e) => !e.settled).length, 0, 'every unit of work settled');
+    t.same(
+      [...new Set(ended.map((e) => (e.value as { code?: unknown } | undefined)?.code))],
+      ['ECONNREFUSED'],
+      'each with the refusal',
+    );
+  },
+);

@@ -554,6 +554,13 @@ void t.test(
       TransactionAbortedError,
     );
     t.equal(await count(), 0);
+    // The listener is there for the statement left unawaited on purpose:
+    // its own rejection is the only one allowed.
+    await new Promise((r) => setTimeout(r, 50));
+    t.ok(
+      unhandled.every((err) => (err as { code?: unknown }).code === '22012'),
+      'no unhandled rejection but the division by zero left unawaited',
+    );
   },
 );
 

@@ -190,8 +190,8 @@ export class PgDatabase {
         ? {
             ms,
             stalled: () => new ConnectionStalledError('a statement', ms),
-            onStall: (query) => {
-              endSessionOf(pool, query);
+            onStall: (query, madeAt) => {
+              endSessionOf(pool, query, madeAt);
             },
           }
         : undefined,
@@ -299,10 +299,15 @@ export class PgDatabase {
  * statement never written (still waiting for a connection) names no
  * session, and nothing is done.
  */
-function endSessionOf(pool: Sql, query: unknown): void {
+function endSessionOf(pool: Sql, query: unknown, madeAt: Date): void {
   const pid = (query as { state?: { pid?: unknown } } | null)?.state?.pid;
   if (typeof pid !== 'number') return;
-  pool`select pg_terminate_backend(${pid})`.then(
+  // Only a session that began before the statement was made can be the one
+  // it was written to: the driver's state names the connection's current
+  // session, and a pid may be used again (on this server, or on another one
+  // after a failover).
+  pool`select pg_terminate_backend(pid) from pg_stat_activity
+        where pid = ${pid} and backend_start <= ${madeAt}`.then(
     () => undefined,
     () => undefined,
   );
@@ -460,6 +465,9 @@ export class PgUnitOfWork implements UnitOfWork {
     const tx = txn.client(scope);
     const opened = settle(tx.unsafe(`savepoint ${name}`).execute());
     const outcome = await settle(this.db.storage.run({ ...outer, tx, scope, nested: true }, fn));
+    // Its client sends nothing more: a detached statement would otherwise
+    // land in the outer transaction after the savepoint's verdict.
+    scope.ended = true;
     const decided = decide(await txn.settled(opened), outcome, { ok: true, value: null }, scope);
     if (decided.ok) return decided.value;
     if (txn.life.ended === undefined) {

@@ -200,10 +200,16 @@ export async function startForwarder(
     const close = (): void => {
       drop(pair);
     };
+    // Behind a half-open or black-holed connection the client hears nothing,
+    // the server's close included: only the client's own close ends it.
+    const upstreamClosed = (): void => {
+      if (pair.silent && !client.destroyed) return;
+      drop(pair);
+    };
     client.on('error', close);
-    upstream.on('error', close);
+    upstream.on('error', upstreamClosed);
     client.on('close', close);
-    upstream.on('close', close);
+    upstream.on('close', upstreamClosed);
     client.setNoDelay(true);
     upstream.setNoDelay(true);
     client.on('data', (chunk: Buffer) => {

@@ -31,13 +31,17 @@ import { startTestApp, type TestApp } from '../harness/app.js';
 import { CUT_WAYS, startForwarder, type CutWay, type Trigger } from '../harness/forwarder.js';
 import { soak } from '../harness/soak.js';
 
-const TIMEOUTS = { lock: 200, statement: 400, transaction: 600, connect: 500 };
+const TIMEOUTS = { lock: 150, statement: 300, transaction: 400, connect: 400 };
 /** What the unit of work may take past its timeouts before it counts as hung. */
 const MARGIN_MS = 2000;
 const BOUND_MS = TIMEOUTS.transaction + TIMEOUTS.connect + MARGIN_MS;
 const CUTS = Number(process.env['FAULT_CUTS'] ?? (soak ? 10_000 : 1_000));
-const PER_ROUND = 6;
-const POOL_MAX = 8;
+const PER_ROUND = 8;
+const POOL_MAX = 10;
+
+// A thousand cuts, many of them waiting out a timeout on purpose, take
+// longer than the suite's three minutes per file on two cores.
+t.setTimeout(600_000);
 
 function drawSeed(): number {
   const given = process.env['SEED'];
@@ -72,6 +76,15 @@ const POINTS: Record<string, Omit<Trigger, 'way'>> = {
   token_unanswered: { match: /from api_tokens/, when: 'after' },
 };
 
+/**
+ * A statement of the pool outside a transaction fails at its deadline, but
+ * postgres.js gives no handle on its connection to close: a socket that
+ * hears nothing stays with the driver until the operating system gives up
+ * on it (docs/adr/0003-own-transactions.md). So the token read is cut only
+ * in the ways a close reaches the process.
+ */
+const POOL_WAYS: readonly CutWay[] = ['rst', 'fin', 'terminate'];
+
 /** The code of an answer that says the COMMIT was sent and its answer lost. */
 const UNKNOWN = 'commit_outcome_unknown';
 
@@ -86,6 +99,7 @@ interface Ended {
   readonly status: number;
   readonly code: string | undefined;
   readonly replay: string | undefined;
+  readonly retryAfter: string | undefined;
   readonly body: string;
 }
 
@@ -121,10 +135,12 @@ async function ended(k: TestApp, r: Sent): Promise<Ended | 'hung'> {
     code = undefined;
   }
   const replay = answer.headers['idempotent-replay'];
+  const retryAfter = answer.headers['retry-after'];
   return {
     status: answer.statusCode,
     code,
     replay: typeof replay === 'string' ? replay : undefined,
+    retryAfter: typeof retryAfter === 'string' ? retryAfter : undefined,
     body: answer.body,
   };
 }
@@ -210,7 +226,7 @@ void t.test('every unit of work ends, whatever cuts its connection', async (t) =
     }
     const armed = Array.from({ length: PER_ROUND }, () => {
       const point = pick(Object.keys(POINTS));
-      const way: CutWay = pick(CUT_WAYS);
+      const way: CutWay = pick(point.startsWith('token_') ? POOL_WAYS : CUT_WAYS);
       const handle = forwarder.arm({ ...(POINTS[point] as Omit<Trigger, 'way'>), way });
       let fired = false;
       void handle.fired.then(() => {
@@ -233,6 +249,12 @@ void t.test('every unit of work ends, whatever cuts its connection', async (t) =
     answers.forEach((a, i) => {
       const r = sent[i] as Sent;
       if (a === 'hung') fail(`${where}: ${r.label} did not end within ${String(BOUND_MS)} ms`);
+      else if (a.code === UNKNOWN && (a.retryAfter !== undefined) !== r.keyed)
+        // A blind repeat of an unkeyed request could double it: only the
+        // keyed answer invites one.
+        fail(
+          `${where}: ${r.label} (keyed ${String(r.keyed)}) answered ${UNKNOWN} with Retry-After ${String(a.retryAfter)}`,
+        );
       else if (a.status === 401)
         fail(`${where}: ${r.label} with a valid token answered 401 ${String(a.code)}`);
       else if (a.status >= 500 && a.code === undefined)
@@ -257,13 +279,28 @@ void t.test('every unit of work ends, whatever cuts its connection', async (t) =
     }
     if (open.length > 0) fail(`${where}: sessions still in a transaction: ${JSON.stringify(open)}`);
 
-    // Every connection of the pool answers.
+    // Every connection of the pool can be had at once: reserved together,
+    // so a connection left reserved or stuck is missed (parallel queries
+    // would be pipelined onto the connections that still work). Through the
+    // unit of work's reservations: the driver's own reserve() can drop a
+    // waiter when a connection closes (docs/adr/0003-own-transactions.md).
+    const reserving = Array.from({ length: POOL_MAX }, () =>
+      k.app.db.reservations.reserve(BOUND_MS),
+    );
     const probe = await within(
-      Promise.all(Array.from({ length: POOL_MAX }, () => k.app.sql`select pg_sleep(0.01)`)),
+      Promise.all(reserving.map(async (p) => (await p)`select 1 as one`)),
       BOUND_MS,
     ).catch((err: unknown) => err);
+    for (const p of reserving) {
+      void p.then(
+        (r) => {
+          r.release();
+        },
+        () => undefined,
+      );
+    }
     if (probe === 'timeout')
-      fail(`${where}: the pool did not answer ${String(POOL_MAX)} parallel queries`);
+      fail(`${where}: the pool did not give its ${String(POOL_MAX)} connections at once`);
 
     // Repeats, with no cut armed.
     for (const [i, r] of sent.entries()) {

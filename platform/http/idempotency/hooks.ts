@@ -232,7 +232,14 @@ export function keyedHooks(
           // The COMMIT was sent and its answer lost: the effect and its key
           // row may both have committed. A repeat with the key finds out.
           req.log.error({ err: decision.error }, 'the commit of a keyed request has no answer');
-          return sendProblem(reply, lost, req.id);
+          return sendProblem(
+            reply,
+            new AppError('commit_outcome_unknown', lost.detail, {
+              retryAfterSeconds: 1,
+              ...(lost.hint === undefined ? {} : { hint: lost.hint }),
+            }),
+            req.id,
+          );
         }
         // PostgreSQL refused the commit: nothing happened, nothing is stored.
         req.log.error({ err: decision.error }, 'commit of a keyed request failed');
