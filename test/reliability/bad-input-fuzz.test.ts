@@ -16,7 +16,8 @@
  * escapes, raw bytes, query strings, fragments), Content-Length lies
  * (shorter, longer, invalid, with Transfer-Encoding, broken chunks) and
  * bodies: nesting thousands deep, duplicate and escaped duplicate members,
- * huge and odd numbers (1e400, -0, 1e-400, 2^53 + 1), invalid UTF-8, lone
+ * huge and odd numbers (1e400, -0, 1e-400, 2^53 + 1, fractions a double
+ * rounds to a whole number), invalid UTF-8, lone
  * surrogates (escaped and as raw ED A0 80), NUL, a byte order mark before
  * any of these, truncated JSON, non-JSON text, random JSON, wrong types.
  * Some steps repeat a stored request byte for byte.
@@ -119,6 +120,7 @@ const PARSE_CODES = new Set([
   'prototype_poisoning',
   'too_deep',
   'empty',
+  'inexact_number',
 ]);
 /** The members a problem body may have (kernel/errs ProblemBody). */
 const PROBLEM_MEMBERS = new Set([
@@ -307,7 +309,8 @@ const isParseRefusal = (p: Problem | undefined) =>
   p.errors?.some(
     (e) =>
       (e.pointer === '#body' && PARSE_CODES.has(e.code)) ||
-      (e.code === 'duplicate_member' && e.pointer.startsWith('#body/')),
+      (e.code === 'duplicate_member' && e.pointer.startsWith('#body/')) ||
+      (e.code === 'inexact_number' && e.pointer.startsWith('#body')),
   );
 const isKeyRefusal = (p: Problem | undefined) =>
   p?.status === 400 && p.errors?.some((e) => e.pointer === '#header/Idempotency-Key');
