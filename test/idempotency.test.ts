@@ -5,7 +5,7 @@
  */
 import t from 'tap';
 import { newId } from '../kernel/ids/index.js';
-import { startTestApp, type TestApp, type TestPrincipal } from './harness/app.js';
+import { secondInstance, startTestApp, type TestApp, type TestPrincipal } from './harness/app.js';
 
 function send(
   k: TestApp,
@@ -489,5 +489,72 @@ void t.test(
       201,
       'the key is still free',
     );
+  },
+);
+
+void t.test(
+  'the rate limit counts keyed requests too: past it a fresh key and a replay are 429, nothing stored, no handler run',
+  async (t) => {
+    const k = await startTestApp(t, { env: { HTTP__RATE_LIMIT_MAX: '3' } });
+    const [a, b, c] = [newId(), newId(), newId()];
+    t.equal((await send(k, k.alice, { label: 'a' }, { key: a })).statusCode, 201);
+    const replay = await send(k, k.alice, { label: 'a' }, { key: a });
+    t.equal(replay.headers['idempotent-replay'], 'true', 'a replay within the limit');
+    t.equal((await send(k, k.alice, { label: 'b' }, { key: b })).statusCode, 201);
+    const fresh = await send(k, k.alice, { label: 'c' }, { key: c });
+    t.equal(fresh.statusCode, 429, 'a fresh key past the limit');
+    t.equal(fresh.json<{ code: string }>().code, 'rate_limited');
+    t.ok(Number(fresh.headers['retry-after']) >= 1, 'with Retry-After');
+    const late = await send(k, k.alice, { label: 'a' }, { key: a });
+    t.equal(late.statusCode, 429, 'a replay past the limit: the limit runs before the replay');
+    t.equal(late.headers['idempotent-replay'], undefined);
+    t.equal(k.calls.get('createEffect'), 2, 'the handler ran for a and b only');
+    t.same(
+      (await k.keys()).map((r) => r['key']),
+      [a, b],
+      'no row for the key refused by the limit',
+    );
+    const other = await send(k, k.bob, { label: 'bob' }, { key: c });
+    t.equal(other.statusCode, 201, "another principal's limit is its own");
+  },
+);
+
+void t.test(
+  'a keyed DELETE answered 204 is stored as 204 and replayed as 204 without a body, by either instance',
+  async (t) => {
+    const k = await startTestApp(t);
+    const made = await k.app.http.inject({
+      method: 'POST',
+      url: '/api/v1/tokens',
+      headers: { ...k.alice.headers, 'content-type': 'application/json' },
+      payload: { name: 'to revoke' },
+    });
+    const { id } = made.json<{ id: string }>();
+    const key = newId();
+    const revoke = (app: typeof k.app) =>
+      app.http.inject({
+        method: 'DELETE',
+        url: `/api/v1/tokens/${id}`,
+        headers: { ...k.alice.headers, 'idempotency-key': key },
+      });
+    const first = await revoke(k.app);
+    t.equal(first.statusCode, 204);
+    t.equal(first.body, '');
+    const [row] = await k.keys();
+    t.equal(row?.['response_status'], 204, 'the row holds 204');
+    t.equal(row?.['state'], 'completed');
+    // Neither instance has read the row into its replay cache yet: both
+    // repeats are answered from PostgreSQL.
+    const other = await secondInstance(t, k);
+    for (const [who, app] of [
+      ['the same instance', k.app],
+      ['another instance', other],
+    ] as const) {
+      const again = await revoke(app);
+      t.equal(again.statusCode, 204, `${who}: 204`);
+      t.equal(again.headers['idempotent-replay'], 'true', `${who}: a replay`);
+      t.equal(again.body, '', `${who}: no body`);
+      t.equal(again.headers['content-type'], undefined, `${who}: no content type`);
+    }
   },
 );

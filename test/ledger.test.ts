@@ -210,6 +210,28 @@ void t.test('accounts: a schema-invalid or unfit body is 400 and stores nothing'
     ['boolean', '{"name":"a","opening_balance":true}', '#body/opening_balance'],
     ['null', '{"name":"a","opening_balance":null}', '#body/opening_balance'],
     ['beyond 2^53', '{"name":"a","opening_balance":9007199254740992}', '#body/opening_balance'],
+    // A double reads each of these as a whole number; as written, none is.
+    [
+      'a fraction read as 1',
+      '{"name":"a","opening_balance":0.99999999999999999}',
+      '#body/opening_balance',
+    ],
+    [
+      'a fraction read as 100',
+      '{"name":"a","opening_balance":99.999999999999999999}',
+      '#body/opening_balance',
+    ],
+    [
+      'a fraction read as 1 from above',
+      '{"name":"a","opening_balance":1.0000000000000001}',
+      '#body/opening_balance',
+    ],
+    [
+      'an exponent read as 1',
+      '{"name":"a","opening_balance":10000000000000001e-16}',
+      '#body/opening_balance',
+    ],
+    ['a tiny fraction read as 0', '{"name":"a","opening_balance":1e-400}', '#body/opening_balance'],
     ['unknown member', '{"name":"a","opening_balance":1,"currency":"EUR"}', '#body'],
   ];
   for (const [what, body, pointer] of cases) {
@@ -224,6 +246,25 @@ void t.test('accounts: a schema-invalid or unfit body is 400 and stores nothing'
   }
   const largest = await open(t, l, l.k.alice, 'Largest', MAX);
   t.equal(largest.balance, MAX, 'the largest safe integer is a valid balance');
+  // Whole numbers written with a zero fraction or an exponent are exact.
+  for (const [text, value] of [
+    ['150.000', 150],
+    ['1.5e2', 150],
+    ['15000e-2', 150],
+    ['0.0', 0],
+  ] as const) {
+    const res = await request(
+      l,
+      l.k.alice,
+      'POST',
+      '/api/v1/accounts',
+      `{"name":"Exact","opening_balance":${text}}`,
+    );
+    t.equal(res.statusCode, 201, `${text} is a whole number`);
+    const account = res.json<AccountBody>();
+    t.equal(account.balance, value, `${text} opens ${String(value)}`);
+    l.openings.set(account.id, BigInt(value));
+  }
   await assertInvariants(t, l);
 });
 
@@ -502,6 +543,8 @@ void t.test('transfers: a schema-invalid amount or account id is 400', async (t)
     ['array', `{${ids},"amount":[10]}`, '#body/amount'],
     ['beyond 2^53', `{${ids},"amount":9007199254740993}`, '#body/amount'],
     ['exponent beyond 2^53', `{${ids},"amount":1e300}`, '#body/amount'],
+    ['a fraction read as 1', `{${ids},"amount":1.0000000000000001}`, '#body/amount'],
+    ['a fraction read as 7', `{${ids},"amount":6.9999999999999999e0}`, '#body/amount'],
     ['missing', `{${ids}}`, '#body/amount'],
     [
       'malformed id',

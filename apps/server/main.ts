@@ -5,6 +5,8 @@
  * when `database.url` is empty), optionally migrates, starts the role and
  * shuts down cleanly on SIGTERM and SIGINT.
  */
+// First: an unsupported Node.js stops here, before anything else is loaded.
+import './check-node.js';
 import { ConfigError, loadConfigFromProcess, type Config } from '../../platform/config/index.js';
 import { createLogger, type Logger } from '../../platform/log/index.js';
 import { installWorkerSchema } from '../../platform/jobs/index.js';

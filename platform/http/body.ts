@@ -3,7 +3,9 @@
  * poisoning, and strings PostgreSQL's jsonb cannot store (U+0000, lone
  * surrogates), each as `400 validation_failed` with pointer `#body`, and a
  * member named twice in one object (pointer at that member, code
- * `duplicate_member`). A body with a Content-Encoding other than identity is
+ * `duplicate_member`), and a number a double would read as another whole
+ * number (pointer at it, code `inexact_number`: `0.99999999999999999` is
+ * not 1). A body with a Content-Encoding other than identity is
  * `415 unsupported_media_type`: nothing here decodes it.
  */
 import type { FastifyRequest } from 'fastify';
@@ -14,6 +16,8 @@ const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 const DETAIL: Readonly<Record<string, string>> = {
   duplicate_member: 'The body names a member twice in one object.',
+  inexact_number:
+    'The body holds a number that only rounding makes a whole number: send whole numbers exactly.',
   invalid_json: 'The body is not valid JSON.',
   invalid_utf8: 'The body is not valid UTF-8.',
   lone_surrogate: 'The body holds a lone UTF-16 surrogate, which cannot be stored.',
@@ -67,7 +71,7 @@ export function jsonBodyParser(
   }
   const parsed = parseJsonStrict(text);
   if (parsed.ok) done(null, parsed.value);
-  else if (parsed.reason === 'duplicate_member')
+  else if (parsed.reason === 'duplicate_member' || parsed.reason === 'inexact_number')
     done(refuse(parsed.reason, `#body${jsonPointer(parsed.path)}`));
   else done(refuse(parsed.reason));
 }

@@ -5,6 +5,7 @@
  * detection, which the idempotency plugin defines (it is self-contained) and
  * this module re-exports.
  */
+import { getLocation } from 'jsonc-parser';
 import sjson from 'secure-json-parse';
 import { findDuplicateMember, type JsonPath } from '../http/idempotency/canonical.js';
 
@@ -40,6 +41,12 @@ export type StrictParse =
       readonly ok: false;
       readonly reason: 'duplicate_member';
       /** The member named a second time. */
+      readonly path: JsonPath;
+    }
+  | {
+      readonly ok: false;
+      readonly reason: 'inexact_number';
+      /** The first number that a double reads as another whole number. */
       readonly path: JsonPath;
     };
 
@@ -79,6 +86,87 @@ export function nestedDeeperThan(text: string, limit: number): boolean {
   return false;
 }
 
+// Up to 15 digits (and a sign): below 2^53, so a double holds it exactly.
+const SHORT_INTEGER = /^-?\d{1,15}$/;
+const NUMBER = /^-?(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/;
+
+/**
+ * Whether a JSON number, as written, is other than the whole number a double
+ * reads it as: `0.99999999999999999` and `1.0000000000000001` read as 1,
+ * `1e-400` as 0, `9007199254740993` as 9007199254740992. A schema that asks
+ * for an integer sees only the double, so it would take these as the whole
+ * number; for an amount of money that is a rounding nobody asked for.
+ * Numbers a double reads as a fraction are left to the schema, and whole
+ * numbers written with a zero fraction or an exponent (`150.0`, `1.5e2`) are
+ * exact.
+ *
+ * @param token the number's text, as JSON writes it (a valid JSON number).
+ * @returns true when the double is a whole number and the text is not that number.
+ * @example readsAsAnotherInteger('0.99999999999999999') // true
+ * @example readsAsAnotherInteger('1.5e2') // false
+ */
+export function readsAsAnotherInteger(token: string): boolean {
+  if (SHORT_INTEGER.test(token)) return false;
+  const value = Number(token);
+  // A fraction stays a fraction (an integer schema refuses it); so does an
+  // overflow to Infinity.
+  if (!Number.isInteger(value)) return false;
+  const parts = NUMBER.exec(token);
+  if (parts === null) return false;
+  const fraction = parts[2] ?? '';
+  let digits = `${parts[1] ?? ''}${fraction}`.replace(/^0+/, '');
+  // Zero is exact, however it is written.
+  if (digits === '') return false;
+  let exponent = Number(parts[3] ?? '0') - fraction.length;
+  const trimmed = digits.replace(/0+$/, '');
+  exponent += digits.length - trimmed.length;
+  digits = trimmed;
+  // A fraction as written, a whole number as read.
+  if (exponent < 0) return true;
+  // Whole as written: the double is finite, so the exponent is at most
+  // about 308 and the power is cheap.
+  return BigInt(digits) * 10n ** BigInt(exponent) !== BigInt(Math.abs(value));
+}
+
+/**
+ * The path of the first number in a JSON text that a double reads as
+ * another whole number (see {@link readsAsAnotherInteger}). A linear scan
+ * that skips strings; the text must be valid JSON.
+ *
+ * @param text the JSON text.
+ * @returns the path of that number (`[]` for a bare number), or undefined.
+ */
+export function findInexactInteger(text: string): JsonPath | undefined {
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c)
+        i++; // backslash: skip the escaped character
+      else if (c === 0x22) inString = false;
+      continue;
+    }
+    if (c === 0x22) {
+      inString = true;
+      continue;
+    }
+    // Outside strings, valid JSON starts a number only with - or a digit.
+    if (c !== 0x2d && (c < 0x30 || c > 0x39)) continue;
+    let end = i + 1;
+    while (end < text.length && isNumberCharacter(text.charCodeAt(end))) end++;
+    if (readsAsAnotherInteger(text.slice(i, end))) return getLocation(text, i).path;
+    i = end - 1;
+  }
+  return undefined;
+}
+
+function isNumberCharacter(c: number): boolean {
+  // digits, '.', 'e', 'E', '+', '-'
+  return (
+    (c >= 0x30 && c <= 0x39) || c === 0x2e || c === 0x65 || c === 0x45 || c === 0x2b || c === 0x2d
+  );
+}
+
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 function badString(s: string): 'lone_surrogate' | 'nul_character' | undefined {
@@ -112,8 +200,11 @@ function findBadString(value: unknown): 'lone_surrogate' | 'nul_character' | und
  * Parses a request body as JSON the way every route of this server does:
  * bodies nested deeper than {@link MAX_JSON_DEPTH} are refused, prototype
  * poisoning (`__proto__`, `constructor.prototype`) is refused, a member
- * named twice in one object is refused (with its path), and so are strings PostgreSQL's jsonb cannot store (U+0000, lone surrogates),
- * so such a body is a 400 at parse time rather than a 500 at write time.
+ * named twice in one object is refused (with its path), a number a double
+ * would read as another whole number is refused (with its path, see
+ * {@link readsAsAnotherInteger}), and so are strings PostgreSQL's jsonb
+ * cannot store (U+0000, lone surrogates), so such a body is a 400 at parse
+ * time rather than a 500 at write time or a rounded amount.
  *
  * @param text the body as text.
  * @returns the value, or why it was refused.
@@ -140,6 +231,10 @@ export function parseJsonStrict(text: string): StrictParse {
   // things is refused (RFC 7493, I-JSON).
   const duplicate = findDuplicateMember(text);
   if (duplicate !== undefined) return { ok: false, reason: 'duplicate_member', path: duplicate };
+  // Every number this API takes is a whole number (amounts in minor units):
+  // one a double would round into a whole number is refused on its text.
+  const inexact = findInexactInteger(text);
+  if (inexact !== undefined) return { ok: false, reason: 'inexact_number', path: inexact };
   const bad = findBadString(value);
   return bad === undefined ? { ok: true, value } : { ok: false, reason: bad };
 }

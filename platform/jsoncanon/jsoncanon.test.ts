@@ -2,10 +2,12 @@ import t from 'tap';
 import {
   canonicalBody,
   canonicalJson,
+  findInexactInteger,
   hasDuplicateMembers,
   jsonPointer,
   MAX_JSON_DEPTH,
   parseJsonStrict,
+  readsAsAnotherInteger,
 } from './index.js';
 
 void t.test('RFC 8785 vectors', (t) => {
@@ -163,5 +165,50 @@ void t.test('a JSON pointer escapes ~ and / (RFC 6901)', (t) => {
   t.equal(jsonPointer(['amount']), '/amount');
   t.equal(jsonPointer(['a', 1, 'b']), '/a/1/b');
   t.equal(jsonPointer(['a/b~c']), '/a~1b~0c');
+  t.end();
+});
+
+void t.test('a number a double reads as another whole number is found on its text', (t) => {
+  for (const token of [
+    '0.99999999999999999',
+    '99.999999999999999999',
+    '1.0000000000000001',
+    '-1.0000000000000001',
+    '10000000000000001e-16',
+    '1e-400',
+    '9007199254740993',
+    '-9007199254740993',
+    '18014398509481985e0',
+    '1e23',
+    '1e300',
+  ]) {
+    t.equal(readsAsAnotherInteger(token), true, `${token} is not what a double reads`);
+  }
+  for (const token of [
+    '0',
+    '-0',
+    '0.0e5',
+    '1',
+    '150.000',
+    '1.5e2',
+    '15000e-2',
+    '9007199254740991',
+    '9007199254740992',
+    '1e22',
+    '1.5',
+    '0.1',
+    '1e400',
+    '123456789012345',
+  ]) {
+    t.equal(readsAsAnotherInteger(token), false, `${token} is exact or no whole number`);
+  }
+  t.equal(findInexactInteger('{"a":"0.99999999999999999","b":[1,2.5,true]}'), undefined);
+  t.same(findInexactInteger('{"a\\"":1,"b\\u0063":[1,{"x":1.0000000000000001}]}'), ['bc', 1, 'x']);
+  t.same(findInexactInteger('0.99999999999999999'), [], 'a bare number');
+  t.same(parseJsonStrict('{"amount":0.99999999999999999}'), {
+    ok: false,
+    reason: 'inexact_number',
+    path: ['amount'],
+  });
   t.end();
 });

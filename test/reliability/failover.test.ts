@@ -204,6 +204,8 @@ interface ClientLine {
   readonly status?: number;
   /** On a `stated` line: how many transfers were stated. */
   readonly transfers?: number;
+  /** On a `resumed` line: how many intents the outbox held pending. */
+  readonly pending?: number;
 }
 
 /** A client process, its outbox and its api process. */
@@ -451,6 +453,36 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
     Math.min(FAILOVERS, clients.length),
     'a client killed during each failover was started again on its outbox and resumed it',
   );
+  // Each restart found work the killed process left, and finished it: its
+  // resumed line counts pending intents, and every key the killed process
+  // attempted without a final answer is settled 201 by a later process on
+  // the same outbox.
+  for (const c of clients) {
+    const processes = [...c.killed, c.process];
+    c.killed.forEach((killed, i) => {
+      const later = processes.slice(i + 1).flatMap((p) => p.lines) as unknown as ClientLine[];
+      const resumed = (processes[i + 1]?.lines as unknown as ClientLine[] | undefined)?.find(
+        (l) => l.msg === 'resumed',
+      );
+      t.ok(
+        (resumed?.pending ?? 0) >= 1,
+        `client ${String(c.index)}: the restart resumed ${String(resumed?.pending)} pending intents`,
+      );
+      const own = killed.lines as unknown as ClientLine[];
+      const settled = new Set(own.filter((l) => l.msg === 'settled').map((l) => l.key));
+      const left = new Set(
+        own.filter((l) => l.msg === 'attempt' && !settled.has(l.key)).map((l) => l.key),
+      );
+      const finished = new Set(
+        later.filter((l) => l.msg === 'settled' && l.status === 201).map((l) => l.key),
+      );
+      t.same(
+        [...left].filter((key) => !finished.has(key)),
+        [],
+        `client ${String(c.index)}: the ${String(left.size)} intents its killed process left in flight were settled 201 after the restart`,
+      );
+    });
+  }
   // A client that could not drain means the database stayed out of reach:
   // the checks below would wait on it. The outboxes still say what is left.
   const drained = exits.every((code) => code === 0);

@@ -728,6 +728,9 @@ const LITERALS = [
   '1e400',
   '-1e400',
   '1e-400',
+  '0.99999999999999999',
+  '1.0000000000000001',
+  '99.999999999999999999',
   '123456789012345678901234567890',
   '9007199254740991',
   '9007199254740992',
@@ -1410,7 +1413,8 @@ function badStrings(value: unknown): string[] {
 /**
  * What the body parser must do with these bytes: the design refuses invalid
  * UTF-8, invalid JSON, nesting deeper than 64, prototype poisoning, a member
- * named twice in one object (I-JSON), U+0000 and lone surrogates (400, never
+ * named twice in one object (I-JSON), a number a double reads as a whole
+ * number other than the one written, U+0000 and lone surrogates (400, never
  * stored) and bodies over the limit (413).
  * A leading byte order mark makes valid UTF-8 `invalid_json`, whatever
  * follows (docs/api/README.md; RFC 8259 section 8.1 lets a parser refuse it).
@@ -1437,6 +1441,7 @@ export function bodyVerdict(bytes: Buffer): BodyVerdict {
   const codes = badStrings(value);
   if (depthOf(value) > MAX_DEPTH) codes.push('too_deep');
   else if (namesAMemberTwice(text)) codes.push('duplicate_member');
+  if (holdsARoundedWholeNumber(text)) codes.push('inexact_number');
   return codes.length > 0 ? { kind: 'refused', codes } : { kind: 'json' };
 }
 
@@ -1491,6 +1496,32 @@ function namesAMemberTwice(text: string): boolean {
   };
   value();
   return found;
+}
+
+/**
+ * Whether a valid JSON text holds a number whose double is a whole number
+ * other than the number written (`0.99999999999999999`, `1e-400`,
+ * `9007199254740993`): the oracle's own check, by exact rational
+ * comparison of the text with the double, independent of the server's.
+ * Strings are skipped; exponents stay within what a double can write, so
+ * the powers of ten stay small.
+ */
+function holdsARoundedWholeNumber(text: string): boolean {
+  const outsideStrings = text.replace(/"(?:[^"\\]|\\.)*"/g, '""');
+  for (const [token] of outsideStrings.matchAll(/-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/g)) {
+    const read = Number(token);
+    if (!Number.isInteger(read)) continue;
+    const [mantissa = '', exponent = '0'] = token.replace('-', '').toLowerCase().split('e');
+    const [whole = '', fraction = ''] = mantissa.split('.');
+    // written = numerator * 10^power, compared with the double exactly.
+    const numerator = BigInt(whole + fraction);
+    const power = BigInt(exponent) - BigInt(fraction.length);
+    const target = BigInt(Math.abs(read));
+    const equal =
+      power >= 0n ? numerator * 10n ** power === target : numerator === target * 10n ** -power;
+    if (!equal) return true;
+  }
+  return false;
 }
 
 /** The members of a route's valid body, as name and raw JSON text, for a variant. */

@@ -31,10 +31,11 @@
  * scheduling (the job is called directly here), and the application's own
  * keyed routes.
  *
- * Replay: the seed is printed (`# seed ...`): fixed in `make check`, drawn
- * afresh each soak run (`SOAK=1`), MODEL_SEED when set. A failure prints the seed, the path and the shrunk steps (with a
+ * Replay: the seed is printed (`# seed ...`): drawn afresh in every run,
+ * `make check` included, or taken from SEED (or MODEL_SEED) when set. A
+ * failure prints the seed, the path and the shrunk steps (with a
  * `replayPath`); run exactly that case again with
- *   MODEL_SEED=<seed> MODEL_PATH=<path> MODEL_REPLAY_PATH=<replayPath> \
+ *   SEED=<seed> MODEL_PATH=<path> MODEL_REPLAY_PATH=<replayPath> \
  *     npx tap test/reliability/model.test.ts --disable-coverage
  * MODEL_RUNS overrides the number of runs; SOAK=1 runs the long variant.
  */
@@ -78,11 +79,10 @@ import {
 if (soak) t.setTimeout(30 * 60_000);
 
 /**
- * The seed: MODEL_SEED when set (a replay), else fixed in `make check` so
- * every run checks the same steps, else drawn afresh in a soak run so each
- * soak explores new ones.
+ * The seed: MODEL_SEED or SEED when set (a replay), else drawn afresh, so
+ * every run, `make check` included, explores steps no earlier run tried.
  */
-const SEED = pickSeed('MODEL_SEED', 20260601);
+const SEED = pickSeed('MODEL_SEED');
 /** Steps (commands) a normal run must check at least. */
 const MIN_STEPS = bySoak(2000, 15000);
 /** fast-check runs; each is a fresh key space with up to MAX_COMMANDS steps. */
@@ -746,7 +746,7 @@ void t.test(
     const path = process.env['MODEL_PATH'];
     const replayPath = process.env['MODEL_REPLAY_PATH'];
     t.comment(
-      `${describeSeed('MODEL_SEED', SEED)}${path === undefined ? '' : ` path ${path}`}, ${String(RUNS)} runs of up to ${String(
+      `${describeSeed(SEED)}${path === undefined ? '' : ` path ${path}`}, ${String(RUNS)} runs of up to ${String(
         MAX_COMMANDS,
       )} steps (one case: add MODEL_PATH=<path>)`,
     );

@@ -8,10 +8,11 @@ import { testDatabase } from '../../../test/harness/db.js';
 import { PgApiTokenRepository } from '../adapters/postgres/api-tokens.js';
 import { PgPrincipalRepository } from '../adapters/postgres/principals.js';
 import { IdentityService } from './identity-service.js';
+import { TokenOwnerCache } from './token-cache.js';
 
 const START = '2030-01-01T00:00:00.000Z';
 
-async function setup(t: Test) {
+async function setup(t: Test, tokenCache?: TokenOwnerCache) {
   const tdb = await testDatabase(t);
   // The application role, so every statement also proves its grants.
   const pool = createSql(tdb.appUrl, { max: 4, applicationName: 'identity-service-test' });
@@ -30,6 +31,7 @@ async function setup(t: Test) {
     clock,
     principals: new PgPrincipalRepository(db),
     tokens: new PgApiTokenRepository(db),
+    ...(tokenCache === undefined ? {} : { tokenCache }),
   });
   return { tdb, db, uow, clock, service };
 }
@@ -329,3 +331,38 @@ void t.test('a write that fails leaves nothing behind', async (t) => {
     select (select count(*) from principals) as p, (select count(*) from api_tokens) as k`;
   t.same(row, { p: '0', k: '0' }, 'the use case joined the outer unit of work');
 });
+
+void t.test(
+  'a token revoked inside an outer unit of work is refused by this process once it commits, with no notice heard',
+  async (t) => {
+    // A cache that is live but hears nothing: no listener is connected, so
+    // only what the service itself does can drop the cached token.
+    const cache = new TokenOwnerCache({ ttlMs: 60_000, maxEntries: 100 });
+    cache.setLive(true);
+    const { service, uow, clock } = await setup(t, cache);
+    const { principal, token } = await service.createPrincipal({
+      kind: 'user',
+      displayName: 'Ada',
+    });
+    t.ok(await service.authenticate(token.token, clock.now()), 'valid, and now cached');
+    t.equal(cache.size, 1);
+    // A request of another caller reads the token while the revocation is
+    // not committed yet: it runs outside the unit of work, so it still
+    // sees the token valid, and that answer must not be kept.
+    let reached: () => void = () => undefined;
+    const revoked = new Promise<void>((resolve) => (reached = resolve));
+    const concurrent = revoked.then(() => service.authenticate(token.token, clock.now()));
+    await uow.run(async () => {
+      await service.revokeToken(principal.id, token.id);
+      reached();
+      t.ok(await concurrent, 'a read before the commit still sees the token');
+    });
+    t.equal(cache.size, 0, 'the entry was dropped by the revocation');
+    t.equal(
+      await service.authenticate(token.token, clock.now()),
+      null,
+      'refused at once after the commit',
+    );
+    t.equal(cache.size, 0, 'nothing stale stored meanwhile');
+  },
+);

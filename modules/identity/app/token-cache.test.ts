@@ -291,3 +291,32 @@ void t.test('each lookup gets a fresh expiry Date of its own', async (t) => {
   );
   t.not(second?.expiresAt, first?.expiresAt);
 });
+
+void t.test(
+  'more principals changing during a read than the cache holds: the read is not stored (a reset)',
+  async (t) => {
+    const cache = new TokenOwnerCache({ ttlMs: 60_000, maxEntries: 2 });
+    cache.setLive(true);
+    let release: (v: TokenOwner | null) => void = () => undefined;
+    const pending = cache.lookup(
+      hash(1),
+      at(0),
+      () =>
+        new Promise<TokenOwner | null>((r) => {
+          release = r;
+        }),
+    );
+    // Alice's token is revoked while her read is out, then two more
+    // principals change: the per-principal counts overflow the bound and
+    // are forgotten, so only a reset still knows her read is stale.
+    cache.invalidatePrincipal(alice);
+    cache.invalidatePrincipal(bob);
+    cache.invalidatePrincipal('01920000-0000-7000-8000-0000000000c0');
+    release(owner(alice));
+    t.same((await pending)?.principalId, alice, 'the read answers what it read');
+    t.equal(cache.size, 0, 'the stale read is not kept');
+    const a = loader({ value: null });
+    t.equal(await cache.lookup(hash(1), at(1), a.load), null, 'the revocation is seen');
+    t.equal(a.calls.n, 1, 'from the database');
+  },
+);

@@ -127,7 +127,7 @@ void t.test('the constraints refuse what the code never writes', async (t) => {
 });
 
 void t.test(
-  'a revoked or removed token and a disabled or removed principal notify identity_credentials on commit, with the principal id',
+  'a revoked, removed, re-dated or re-keyed token and a disabled, re-kinded or removed principal notify identity_credentials on commit, with the principal id',
   async (t) => {
     const tdb = await testDatabase(t);
     const seen: string[] = [];
@@ -184,16 +184,42 @@ void t.test(
     await tdb.app`update api_tokens set revoked_at = coalesce(revoked_at, now()) where id = ${tok(1)}`;
     await settle(4);
     t.equal(seen.length, 4, 'revoking a revoked token again notifies nothing');
+    // The other watched columns: each decides whether a cached token may
+    // still be served (its expiry, its secret, the kind an actor carries).
+    const watched: [string, () => Promise<unknown>][] = [
+      [
+        'an expiry set',
+        () =>
+          tdb.owner`update api_tokens set expires_at = now() + interval '1 hour' where id = ${tok(1)}`,
+      ],
+      [
+        'a secret replaced',
+        () =>
+          tdb.owner`update api_tokens set secret_sha256 = ${Buffer.alloc(32, 9)} where id = ${tok(1)}`,
+      ],
+      ['a kind changed', () => tdb.owner`update principals set kind = 'service' where id = ${a}`],
+    ];
+    for (const [what, change] of watched) {
+      const before = seen.length;
+      await change();
+      await settle(before + 1);
+      t.same(seen.slice(before), [a], `${what} notifies its principal`);
+    }
+    const n = seen.length;
     const c = '01920000-0000-7000-8000-00000000000c';
     await tdb.owner`insert into principals (id, kind, display_name) values (${c}, 'user', 'C')`;
     await tdb.owner`update api_tokens set principal_id = ${c} where id = ${tok(1)}`;
-    await settle(6);
-    t.same(seen.slice(4).sort(), [a, c].sort(), 'a token moved to another principal notifies both');
+    await settle(n + 2);
+    t.same(seen.slice(n).sort(), [a, c].sort(), 'a token moved to another principal notifies both');
     await tdb.owner`truncate api_tokens`;
-    await settle(7);
-    t.same(seen.slice(6), [c], 'truncating the tokens notifies every principal that had one');
+    await settle(n + 3);
+    t.same(seen.slice(n + 2), [c], 'truncating the tokens notifies every principal that had one');
     await tdb.owner`truncate principals cascade`;
-    await settle(9);
-    t.same(seen.slice(7).sort(), [a, c].sort(), 'truncating the principals notifies each of them');
+    await settle(n + 5);
+    t.same(
+      seen.slice(n + 3).sort(),
+      [a, c].sort(),
+      'truncating the principals notifies each of them',
+    );
   },
 );
