@@ -44,7 +44,9 @@ export const EXIT = {
   /**
    * An intent failed: key reuse (422), an expired key, an unexpected answer,
    * an unknown outcome (a 2xx or a stored status without
-   * `Idempotent-Replay` twice in a row); or a key given twice; or a drain
+   * `Idempotent-Replay` twice in a row, or an answer the API never gives
+   * after an attempt that may have reached the server); or a key given
+   * twice; or a drain
    * halted because a server `Date` and the local clock disagree (intents
    * with an attempt behind them stay pending until the clock is fixed).
    */

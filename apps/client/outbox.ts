@@ -41,8 +41,9 @@ export type IntentState = 'pending' | 'done' | 'failed';
  * `outcome_unknown` (a 2xx or an error the server would store, 400, 403,
  * 404, 409, 410, 412, 413, 415 or 422, but without `Idempotent-Replay`
  * twice in a row, so not the key's stored answer: a gateway's, or a
- * refusal before the key was looked up; whether the intent took effect is
- * not known).
+ * refusal before the key was looked up; or an answer the API never gives,
+ * after an earlier attempt that may have reached the server; whether the
+ * intent took effect is not known).
  */
 export type FailureReason = 'key_reuse' | 'expired' | 'unexpected_answer' | 'outcome_unknown';
 

@@ -649,7 +649,10 @@ export class Sender {
     // The last error read before this attempt: an unmarked answer then
     // makes a second one in a row (M2, M3).
     const previousUnmarked = intent.lastError?.startsWith(UNMARKED) === true;
-    const cls = classifyAnswer({ ...answer, previousUnmarked }, now);
+    // Any attempt counted before this one may have reached the server (its
+    // bytes may have left), whatever it met after.
+    const mayHaveReached = intent.attempts > 0;
+    const cls = classifyAnswer({ ...answer, previousUnmarked, mayHaveReached }, now);
     const final = (
       state: 'done' | 'failed',
       failure: FailureReason | null,
