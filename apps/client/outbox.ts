@@ -14,7 +14,7 @@
  * for it before it appears (see warnings.ts).
  */
 import { randomBytes } from 'node:crypto';
-import { statSync } from 'node:fs';
+import { closeSync, openSync, statSync } from 'node:fs';
 import type { DatabaseSync, SQLInputValue } from 'node:sqlite';
 import canonicalize from 'canonicalize';
 import {
@@ -294,6 +294,29 @@ function message(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
+/**
+ * Makes a missing outbox file, empty, readable and writable by its owner
+ * alone (0600), before SQLite opens it: it holds request bodies, answers
+ * and the principal's id, and SQLite gives the files it keeps beside it
+ * (`-wal`, `-shm`) the mode of the database file. An existing file is left
+ * as it is.
+ *
+ * @param file the outbox's path.
+ * @throws OutboxOpenError when the file cannot be made (e.g. its folder
+ *   is missing).
+ */
+function createPrivate(file: string): void {
+  let fd: number;
+  try {
+    fd = openSync(file, 'wx', 0o600);
+  } catch (err) {
+    const code = (err as { code?: unknown }).code;
+    if (code === 'EEXIST') return;
+    throw new OutboxOpenError(`cannot open outbox ${file}: ${message(err)}`);
+  }
+  closeSync(fd);
+}
+
 /** A durable outbox file, open for writing by this process alone. */
 export class Outbox {
   private db: DatabaseSync | undefined;
@@ -348,6 +371,9 @@ export class Outbox {
         throw new OutboxOpenError(`cannot open outbox ${file}: it is empty, not an outbox`);
       }
     }
+    // An empty name is SQLite's temporary database, refused below by its
+    // journal mode; there is no file to make.
+    if (create && file !== '') createPrivate(file);
     const { DatabaseSync: Database } = process.getBuiltinModule('node:sqlite');
     let db: DatabaseSync;
     try {
