@@ -394,7 +394,10 @@ void t.test(
     await fs.writeFile(garbage, 'x'.repeat(4096));
     const bad = await run(['outbox', 'list'], { CLIENT_OUTBOX: garbage });
     t.equal(bad.code, EXIT.outbox);
-    t.match(bad.err, /^client: cannot open outbox .*garbage.sqlite: the file is not a database\n$/);
+    t.match(
+      bad.err,
+      /^client: cannot open outbox .*garbage.sqlite: the file is not a database \(or its header is damaged\): if it is an outbox, restore it from a copy, or move it aside to start a new one\n$/,
+    );
     t.match(await run(['outbox', 'list'], { CLIENT_OUTBOX: dir }), {
       code: EXIT.outbox,
       err: /cannot open/,

@@ -51,7 +51,11 @@ export const EXIT = {
    * with an attempt behind them stay pending until the clock is fixed).
    */
   failed: 3,
-  /** The outbox cannot be used: locked by another process, unreadable, corrupt, another principal's. */
+  /**
+   * The outbox cannot be used: locked by another process, unreadable,
+   * corrupt, damaged (any error of SQLite once it is open: a malformed
+   * page, an I/O error, a full disk), another principal's.
+   */
   outbox: 4,
   /** The server refused the token (401): intents stay pending for a good one. */
   unauthenticated: 5,
@@ -661,6 +665,9 @@ async function run(
   const outbox = Outbox.open(settings.outbox, { create: command.kind !== 'outbox-list' });
   try {
     if (command.kind === 'outbox-list') {
+      // A listing reads every row; the check reads every page, indexes
+      // included, so it finds the damage a drain would meet in them.
+      outbox.check();
       const intents = outbox.list(command.state === undefined ? {} : { state: command.state });
       if (settings.json) {
         print({
