@@ -5,7 +5,11 @@
  * `sync.idempotency_key_ttl` in whole seconds; the API document says so.
  * Through the real application on a real PostgreSQL 18.
  */
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import t from 'tap';
+import { EXIT, runCli } from '../apps/client/index.js';
 import { newId } from '../kernel/ids/index.js';
 import { startTestApp } from './harness/app.js';
 
@@ -83,4 +87,40 @@ void t.test('the API document declares the header where it is sent', async (t) =
     }
   }
   t.ok(keyed > 3, 'the keyed operations were found');
+});
+
+void t.test('the client learns the lifetime and warns of a --key-ttl that disagrees', async (t) => {
+  const k = await startTestApp(t, { env: { SYNC__IDEMPOTENCY_KEY_TTL: '36h' } });
+  const address = await k.app.http.listen({ host: '127.0.0.1', port: 0 });
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'key-lifetime-'));
+  t.teardown(() => fs.rm(dir, { recursive: true, force: true }));
+  const env = {
+    CLIENT_OUTBOX: path.join(dir, 'outbox.sqlite'),
+    CLIENT_BASE_URL: address,
+    CLIENT_TOKEN: k.alice.token,
+  };
+  const run = async (argv: string[]) => {
+    let out = '';
+    let err = '';
+    const code = await runCli(argv, env, {
+      stdout: {
+        write: (s: string, done?: (e?: Error | null) => void) => {
+          out += s;
+          done?.();
+          return true;
+        },
+      },
+      stderr: { write: (s: string) => ((err += s), true) },
+    });
+    return { code, out, err };
+  };
+  const quiet = await run(['accounts', 'create', '--name', 'Checking']);
+  t.equal(quiet.code, EXIT.ok, quiet.err);
+  t.notMatch(quiet.err, /warning/, 'no --key-ttl: the server is followed, nothing to warn of');
+  const told = await run(['accounts', 'create', '--name', 'Savings', '--key-ttl', '48h']);
+  t.equal(told.code, EXIT.ok, told.err);
+  t.match(
+    told.err,
+    /^client: warning: the key TTL 2d given \(--key-ttl\) is not what the server keeps keys for, 36h \(its Idempotency-Key-Lifetime\): the shorter, 36h, is used; drop --key-ttl to follow the server$/m,
+  );
 });

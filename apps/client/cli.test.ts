@@ -123,9 +123,9 @@ void t.test('each bad flag or variable is refused in one line naming it', (t) =>
     [transfer, { ...env, CLIENT_KEY_TTL: '24 hours' }, /^CLIENT_KEY_TTL must be a duration/],
     [[...transfer, '--key-ttl', '0s'], env, /^--key-ttl must be a duration of at least 1ms/],
     [
-      [...transfer, '--ttl-margin', '24h'],
+      [...transfer, '--key-ttl', '24h', '--ttl-margin', '24h'],
       env,
-      /^--ttl-margin \(24h\) must be less than --key-ttl/,
+      /^--ttl-margin \(24h\) must be less than --key-ttl \(24h\)/,
     ],
     [
       [...transfer, '--ttl-margin', '1s', '--timeout', '1s'],

@@ -92,7 +92,8 @@ result was never printed (its command was killed, or a drain settled it) is refu
 Commands that send (transfer, accounts create, outbox drain):
   --base-url URL         CLIENT_BASE_URL     the server's origin, e.g. http://127.0.0.1:3000 (required)
   --token TOKEN          CLIENT_TOKEN        the bearer token (required; prefer the variable)
-  --key-ttl DURATION     CLIENT_KEY_TTL      how long the server keeps keys (sync.idempotency_key_ttl), default 24h
+  --key-ttl DURATION     CLIENT_KEY_TTL      how long the server keeps keys; default what the server tells
+                                             (Idempotency-Key-Lifetime), else 24h; the shorter of the two is used
   --ttl-margin DURATION  CLIENT_TTL_MARGIN   a key this much younger than the TTL is no longer sent, default 1h
   --timeout DURATION     CLIENT_TIMEOUT      one attempt's limit, default 30s
   --wait DURATION        CLIENT_WAIT         how long to keep repeating before leaving intents pending, default 30s
@@ -121,7 +122,11 @@ export interface CommonSettings {
 export interface SendSettings extends CommonSettings {
   readonly baseUrl: string;
   readonly token: string;
-  readonly keyTtlMs: number;
+  /**
+   * The key lifetime given (`--key-ttl`), an override of the server's
+   * `Idempotency-Key-Lifetime`; undefined: the server's.
+   */
+  readonly keyTtlMs: number | undefined;
   readonly ttlMarginMs: number;
   readonly timeoutMs: number;
   readonly waitMs: number;
@@ -229,7 +234,6 @@ const ENV: Partial<Record<Flag, string>> = {
   concurrency: 'CLIENT_CONCURRENCY',
 };
 const DEFAULTS: Partial<Record<Flag, string>> = {
-  'key-ttl': '24h',
   'ttl-margin': '1h',
   timeout: '30s',
   wait: '30s',
@@ -460,13 +464,13 @@ function sendSettings(
     }
     return { ms, s };
   };
-  const ttl = duration('key-ttl', 1);
+  const ttl = source('key-ttl') === undefined ? undefined : duration('key-ttl', 1);
   const margin = duration('ttl-margin', 0);
   const timeout = duration('timeout', 1, true);
   const retryBase = duration('retry-base', 1, true);
   const retryCap = duration('retry-cap', 1, true);
   const shown = (d: { s: Source }): string => `${d.s.name} (${d.s.text})`;
-  if (margin.ms >= ttl.ms) {
+  if (ttl !== undefined && margin.ms >= ttl.ms) {
     throw new UsageError(`${shown(margin)} must be less than ${shown(ttl)}`);
   }
   if (timeout.ms >= margin.ms) {
@@ -488,7 +492,7 @@ function sendSettings(
     ...common,
     baseUrl: baseUrl.text,
     token,
-    keyTtlMs: ttl.ms,
+    keyTtlMs: ttl?.ms,
     ttlMarginMs: margin.ms,
     timeoutMs: timeout.ms,
     waitMs: duration('wait', 0, true).ms,
@@ -593,7 +597,7 @@ function makeSender(outbox: Outbox, s: SendSettings, out: Output): Sender {
     outbox,
     baseUrl: s.baseUrl,
     token: s.token,
-    keyTtlMs: s.keyTtlMs,
+    ...(s.keyTtlMs === undefined ? {} : { keyTtlMs: s.keyTtlMs }),
     ttlMarginMs: s.ttlMarginMs,
     timeoutMs: s.timeoutMs,
     concurrency: s.concurrency,
@@ -601,6 +605,13 @@ function makeSender(outbox: Outbox, s: SendSettings, out: Output): Sender {
     onEvent: (event) => {
       out.stderr.write(
         s.json ? `${JSON.stringify(eventJson(event))}\n` : `${progressLine(event)}\n`,
+      );
+    },
+    onWarning: (detail) => {
+      out.stderr.write(
+        s.json
+          ? `${JSON.stringify({ event: 'warning', detail })}\n`
+          : `client: warning: ${detail}\n`,
       );
     },
   });
