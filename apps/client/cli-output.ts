@@ -4,6 +4,7 @@
  * `outbox list`. Pure functions of what the outbox and the sender report.
  */
 import type { Intent, IntentState } from './outbox.js';
+import { STORED_ERROR_STATUSES } from './retry.js';
 import { OVERSIZE_NOTE, type SendEvent } from './sender.js';
 
 /** The JSON form of an intent, as `--json` prints it. */
@@ -182,6 +183,10 @@ export function outcome(intent: Intent): string {
   }
   if (intent.failure === 'outcome_unknown' && intent.lastError === OVERSIZE_NOTE) {
     return `outcome unknown: ${String(a.status)} with a body over 1 MiB, not read, so what it says is not known (it may be the key's committed answer); an attempt may have taken effect: ${checkAdvice(intent)} before stating it again as a new intent; not sent again`;
+  }
+  const storedStatus = (a.status >= 200 && a.status < 300) || STORED_ERROR_STATUSES.has(a.status);
+  if (intent.failure === 'outcome_unknown' && !storedStatus) {
+    return `outcome unknown: ${String(a.status)}${code}${detail}: an answer the API does not give to this request, so not the key's stored answer, after an earlier attempt that may have reached the server; an attempt may have taken effect: ${checkAdvice(intent)} before stating it again as a new intent; not sent again`;
   }
   if (intent.failure === 'outcome_unknown') {
     return `outcome unknown: ${String(a.status)}${code}${detail} without Idempotent-Replay, so not the key's stored answer (a gateway's, or a refusal before the key was looked up), and the repeat got no marked answer either; an attempt may have taken effect: ${checkAdvice(intent)} before stating it again as a new intent; not sent again`;

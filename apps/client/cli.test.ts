@@ -123,9 +123,9 @@ void t.test('each bad flag or variable is refused in one line naming it', (t) =>
     [transfer, { ...env, CLIENT_KEY_TTL: '24 hours' }, /^CLIENT_KEY_TTL must be a duration/],
     [[...transfer, '--key-ttl', '0s'], env, /^--key-ttl must be a duration of at least 1ms/],
     [
-      [...transfer, '--ttl-margin', '24h'],
+      [...transfer, '--key-ttl', '24h', '--ttl-margin', '24h'],
       env,
-      /^--ttl-margin \(24h\) must be less than --key-ttl/,
+      /^--ttl-margin \(24h\) must be less than --key-ttl \(24h\)/,
     ],
     [
       [...transfer, '--ttl-margin', '1s', '--timeout', '1s'],
@@ -394,7 +394,10 @@ void t.test(
     await fs.writeFile(garbage, 'x'.repeat(4096));
     const bad = await run(['outbox', 'list'], { CLIENT_OUTBOX: garbage });
     t.equal(bad.code, EXIT.outbox);
-    t.match(bad.err, /^client: cannot open outbox .*garbage.sqlite: the file is not a database\n$/);
+    t.match(
+      bad.err,
+      /^client: cannot open outbox .*garbage.sqlite: the file is not a database \(or its header is damaged\): if it is an outbox, restore it from a copy, or move it aside to start a new one\n$/,
+    );
     t.match(await run(['outbox', 'list'], { CLIENT_OUTBOX: dir }), {
       code: EXIT.outbox,
       err: /cannot open/,

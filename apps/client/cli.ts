@@ -44,12 +44,18 @@ export const EXIT = {
   /**
    * An intent failed: key reuse (422), an expired key, an unexpected answer,
    * an unknown outcome (a 2xx or a stored status without
-   * `Idempotent-Replay` twice in a row); or a key given twice; or a drain
+   * `Idempotent-Replay` twice in a row, or an answer the API never gives
+   * after an attempt that may have reached the server); or a key given
+   * twice; or a drain
    * halted because a server `Date` and the local clock disagree (intents
    * with an attempt behind them stay pending until the clock is fixed).
    */
   failed: 3,
-  /** The outbox cannot be used: locked by another process, unreadable, corrupt, another principal's. */
+  /**
+   * The outbox cannot be used: locked by another process, unreadable,
+   * corrupt, damaged (any error of SQLite once it is open: a malformed
+   * page, an I/O error, a full disk), another principal's.
+   */
   outbox: 4,
   /** The server refused the token (401): intents stay pending for a good one. */
   unauthenticated: 5,
@@ -86,7 +92,8 @@ result was never printed (its command was killed, or a drain settled it) is refu
 Commands that send (transfer, accounts create, outbox drain):
   --base-url URL         CLIENT_BASE_URL     the server's origin, e.g. http://127.0.0.1:3000 (required)
   --token TOKEN          CLIENT_TOKEN        the bearer token (required; prefer the variable)
-  --key-ttl DURATION     CLIENT_KEY_TTL      how long the server keeps keys (sync.idempotency_key_ttl), default 24h
+  --key-ttl DURATION     CLIENT_KEY_TTL      how long the server keeps keys; default what the server tells
+                                             (Idempotency-Key-Lifetime), else 24h; the shorter of the two is used
   --ttl-margin DURATION  CLIENT_TTL_MARGIN   a key this much younger than the TTL is no longer sent, default 1h
   --timeout DURATION     CLIENT_TIMEOUT      one attempt's limit, default 30s
   --wait DURATION        CLIENT_WAIT         how long to keep repeating before leaving intents pending, default 30s
@@ -115,7 +122,11 @@ export interface CommonSettings {
 export interface SendSettings extends CommonSettings {
   readonly baseUrl: string;
   readonly token: string;
-  readonly keyTtlMs: number;
+  /**
+   * The key lifetime given (`--key-ttl`), an override of the server's
+   * `Idempotency-Key-Lifetime`; undefined: the server's.
+   */
+  readonly keyTtlMs: number | undefined;
   readonly ttlMarginMs: number;
   readonly timeoutMs: number;
   readonly waitMs: number;
@@ -223,7 +234,6 @@ const ENV: Partial<Record<Flag, string>> = {
   concurrency: 'CLIENT_CONCURRENCY',
 };
 const DEFAULTS: Partial<Record<Flag, string>> = {
-  'key-ttl': '24h',
   'ttl-margin': '1h',
   timeout: '30s',
   wait: '30s',
@@ -454,13 +464,13 @@ function sendSettings(
     }
     return { ms, s };
   };
-  const ttl = duration('key-ttl', 1);
+  const ttl = source('key-ttl') === undefined ? undefined : duration('key-ttl', 1);
   const margin = duration('ttl-margin', 0);
   const timeout = duration('timeout', 1, true);
   const retryBase = duration('retry-base', 1, true);
   const retryCap = duration('retry-cap', 1, true);
   const shown = (d: { s: Source }): string => `${d.s.name} (${d.s.text})`;
-  if (margin.ms >= ttl.ms) {
+  if (ttl !== undefined && margin.ms >= ttl.ms) {
     throw new UsageError(`${shown(margin)} must be less than ${shown(ttl)}`);
   }
   if (timeout.ms >= margin.ms) {
@@ -482,7 +492,7 @@ function sendSettings(
     ...common,
     baseUrl: baseUrl.text,
     token,
-    keyTtlMs: ttl.ms,
+    keyTtlMs: ttl?.ms,
     ttlMarginMs: margin.ms,
     timeoutMs: timeout.ms,
     waitMs: duration('wait', 0, true).ms,
@@ -587,7 +597,7 @@ function makeSender(outbox: Outbox, s: SendSettings, out: Output): Sender {
     outbox,
     baseUrl: s.baseUrl,
     token: s.token,
-    keyTtlMs: s.keyTtlMs,
+    ...(s.keyTtlMs === undefined ? {} : { keyTtlMs: s.keyTtlMs }),
     ttlMarginMs: s.ttlMarginMs,
     timeoutMs: s.timeoutMs,
     concurrency: s.concurrency,
@@ -595,6 +605,13 @@ function makeSender(outbox: Outbox, s: SendSettings, out: Output): Sender {
     onEvent: (event) => {
       out.stderr.write(
         s.json ? `${JSON.stringify(eventJson(event))}\n` : `${progressLine(event)}\n`,
+      );
+    },
+    onWarning: (detail) => {
+      out.stderr.write(
+        s.json
+          ? `${JSON.stringify({ event: 'warning', detail })}\n`
+          : `client: warning: ${detail}\n`,
       );
     },
   });
@@ -659,6 +676,9 @@ async function run(
   const outbox = Outbox.open(settings.outbox, { create: command.kind !== 'outbox-list' });
   try {
     if (command.kind === 'outbox-list') {
+      // A listing reads every row; the check reads every page, indexes
+      // included, so it finds the damage a drain would meet in them.
+      outbox.check();
       const intents = outbox.list(command.state === undefined ? {} : { state: command.state });
       if (settings.json) {
         print({

@@ -113,7 +113,17 @@ void t.test('answers are final, retried, a caller bug or a halt', (t) => {
   t.same(c(401, 'unauthenticated'), { kind: 'unauthenticated' });
   for (const s of [301, 405, 428, 431, 451]) {
     t.same(c(s), { kind: 'unexpected', reason: String(s) }, `${String(s)} is unexpected`);
+    t.same(
+      classifyAnswer({ status: s, marked: true, mayHaveReached: true }, NOW),
+      { kind: 'outcome_unknown', reason: String(s) },
+      `${String(s)} after an attempt that may have reached the server is an unknown outcome`,
+    );
   }
+  t.same(
+    classifyAnswer({ status: 503, mayHaveReached: true }, NOW),
+    { kind: 'retry', reason: '503', retryAfterMs: undefined },
+    'a status to repeat is repeated whatever came before',
+  );
   t.end();
 });
 

@@ -36,13 +36,19 @@ export type AnswerClass =
   | { readonly kind: 'key_reuse' }
   /** `401`: nothing is stored; the intent waits for a valid token. */
   | { readonly kind: 'unauthenticated' }
-  /** An answer the API never gives to this request (3xx, 405, 428, ...): not repeated. */
+  /**
+   * An answer the API never gives to this request (3xx, 405, 428, ...),
+   * while no earlier attempt may have reached the server: not repeated.
+   */
   | { readonly kind: 'unexpected'; readonly reason: string }
   /**
-   * A 2xx or a status the server stores, without `Idempotent-Replay`, for
-   * the second time in a row: not the key's answer (a gateway's, or a
-   * refusal before the key was looked up), so whether an attempt took
-   * effect is not known. Not repeated again: a person must check.
+   * Whether an attempt took effect is not known, so the intent is not
+   * repeated again and a person must check: a 2xx or a status the server
+   * stores, without `Idempotent-Replay`, for the second time in a row (a
+   * gateway's, or a refusal before the key was looked up); or an answer the
+   * API never gives to this request after an earlier attempt that may have
+   * reached the server (the earlier one may have taken effect, and this
+   * answer does not say).
    */
   | { readonly kind: 'outcome_unknown'; readonly reason: string };
 
@@ -64,6 +70,14 @@ export interface AnswerFacts {
    * stored status (its one repeat was for that); default false.
    */
   readonly previousUnmarked?: boolean;
+  /**
+   * Whether an earlier attempt of the intent may have reached the server
+   * (one was counted before this one: cut off, timed out, lost, or answered
+   * with something that was not the key's answer); default false. Then
+   * only a marked final answer settles the intent, and an answer the API
+   * never gives is `outcome_unknown`, never `unexpected`.
+   */
+  readonly mayHaveReached?: boolean;
 }
 
 /**
@@ -82,10 +96,16 @@ export const STORED_ERROR_STATUSES: ReadonlySet<number> = new Set([
  * it stores, so an unmarked one is not the key's, even on the first
  * attempt (a response-side gateway may have replaced a committed 201). An
  * unmarked one is `unmarked` (repeat once with the same key), or
- * `outcome_unknown` when the previous answer was unmarked too.
+ * `outcome_unknown` when the previous answer was unmarked too. An answer
+ * the API never gives to a keyed write (3xx, 405, 428, 431, ...) is
+ * `unexpected` on a first attempt and `outcome_unknown` once an earlier
+ * attempt may have reached the server: it says nothing of whether that one
+ * took effect, so it must never read as a plain failure that invites
+ * stating the intent again.
  *
  * @param answer the status, the problem code, the `Retry-After` header,
- *   whether the answer is marked and whether the previous one was unmarked.
+ *   whether the answer is marked, whether the previous one was unmarked and
+ *   whether an earlier attempt may have reached the server.
  * @param now the current time in milliseconds since the epoch (for an
  *   HTTP-date `Retry-After`).
  * @returns the class of the answer.
@@ -110,7 +130,9 @@ export function classifyAnswer(answer: AnswerFacts, now: number): AnswerClass {
   if (status === 408 || status === 429 || status >= 500) return retry();
   if (status === 401) return { kind: 'unauthenticated' };
   if (STORED_ERROR_STATUSES.has(status)) return stored();
-  return { kind: 'unexpected', reason };
+  return answer.mayHaveReached === true
+    ? { kind: 'outcome_unknown', reason }
+    : { kind: 'unexpected', reason };
 }
 
 const DELTA_SECONDS = /^\d+$/;

@@ -45,8 +45,16 @@ export interface SenderOptions {
   readonly baseUrl: string;
   /** The bearer token. */
   readonly token: string;
-  /** How long the server keeps a key (its `sync.idempotency_key_ttl`), in milliseconds. */
-  readonly keyTtlMs: number;
+  /**
+   * How long the server keeps a key, in milliseconds: an override of what
+   * the server tells in `Idempotency-Key-Lifetime` (on `GET /api/v1/me`,
+   * asked before the first send, and on every keyed answer). The shorter
+   * of the two is in force, so an override never makes the client send a
+   * key the server has forgotten; a disagreement is a `warning` event.
+   * Default: the server's, or {@link DEFAULT_KEY_TTL_MS} while the server
+   * has told none.
+   */
+  readonly keyTtlMs?: number;
   /**
    * How much earlier than the TTL the client stops sending a key, in
    * milliseconds: it covers clock skew and the last attempt's travel, so it
@@ -72,8 +80,36 @@ export interface SenderOptions {
   readonly sleep?: (ms: number, signal: AbortSignal) => Promise<void>;
   /** Receives progress events as they happen. */
   readonly onEvent?: (event: SendEvent) => void;
+  /**
+   * Receives, in one line, what the caller should know and fix while
+   * sending goes on: the key lifetime given (`keyTtlMs`) is not the one the
+   * server tells. Default: none.
+   */
+  readonly onWarning?: (detail: string) => void;
   /** The fetch implementation; default the global fetch. */
   readonly fetch?: typeof fetch;
+}
+
+/**
+ * The key lifetime assumed while neither the server (no
+ * `Idempotency-Key-Lifetime` header) nor the caller told one: the server's
+ * default `sync.idempotency_key_ttl`, 24 hours.
+ */
+export const DEFAULT_KEY_TTL_MS = 24 * 3_600_000;
+
+/** The header in which the server tells how long it keeps a key, in whole seconds. */
+const KEY_LIFETIME_HEADER = 'idempotency-key-lifetime';
+
+/**
+ * Reads `Idempotency-Key-Lifetime`: whole seconds (an RFC 8941 integer).
+ *
+ * @returns milliseconds, or undefined when absent or not an integer.
+ */
+function parseKeyLifetime(value: string | null): number | undefined {
+  if (value === null) return undefined;
+  const text = value.trim();
+  if (!/^\d{1,15}$/.test(text)) return undefined;
+  return Number(text) * 1_000;
 }
 
 /** What a drain reports as it goes. */
@@ -184,6 +220,8 @@ interface WireAnswer extends RecordedAnswer {
   readonly oversize: boolean;
   /** The server's `Date`, when it sent a readable one. */
   readonly serverTime: number | undefined;
+  /** The key lifetime the answer told (`Idempotency-Key-Lifetime`), in milliseconds. */
+  readonly keyLifetimeMs: number | undefined;
   /** Read off the wire, the marker is always known. */
   readonly marked: boolean;
   readonly retryAfter: string | null;
@@ -238,6 +276,19 @@ const KEPT_HEADERS = ['location', 'etag', 'content-type', 'correlation-id'];
 
 const iso = (ms: number): string => new Date(ms).toISOString();
 
+/** A duration in the largest whole unit of the command line's: `24h`, `90m`, `1500ms`. */
+function span(ms: number): string {
+  for (const [unit, size] of [
+    ['d', 86_400_000],
+    ['h', 3_600_000],
+    ['m', 60_000],
+    ['s', 1_000],
+  ] as const) {
+    if (ms >= size && ms % size === 0) return `${String(ms / size)}${unit}`;
+  }
+  return `${String(ms)}ms`;
+}
+
 const defaultSleep = (ms: number, signal: AbortSignal): Promise<void> =>
   delay(ms, undefined, { signal });
 
@@ -289,6 +340,10 @@ export class Sender {
   private readonly fetch: typeof fetch;
   private readonly monotonic: () => number;
   private readonly origin: URL;
+  /** The key lifetime the server told last, in milliseconds. */
+  private serverLifetimeMs: number | undefined;
+  /** The server lifetime last warned of, so a disagreement is told once. */
+  private warnedLifetimeMs: number | undefined;
   /** The server's latest `Date` and the monotonic time it was read at. */
   private serverClock: { readonly at: number; readonly mono: number } | undefined;
   /**
@@ -323,7 +378,7 @@ export class Sender {
       );
     }
     if (options.token === '') throw new RangeError('token must not be empty');
-    if (!(options.ttlMarginMs < options.keyTtlMs)) {
+    if (options.keyTtlMs !== undefined && !(options.ttlMarginMs < options.keyTtlMs)) {
       throw new RangeError('ttlMarginMs must be less than keyTtlMs');
     }
     if (!(options.timeoutMs < options.ttlMarginMs)) {
@@ -461,6 +516,41 @@ export class Sender {
   }
 
   /**
+   * The key lifetime in force: the shorter of the caller's override and
+   * what the server told, either one when only it is known, else
+   * {@link DEFAULT_KEY_TTL_MS}.
+   *
+   * @returns milliseconds.
+   */
+  keyLifetimeMs(): number {
+    const given = this.options.keyTtlMs;
+    const told = this.serverLifetimeMs;
+    if (given === undefined) return told ?? DEFAULT_KEY_TTL_MS;
+    return told === undefined ? given : Math.min(given, told);
+  }
+
+  /**
+   * Takes in the lifetime an answer told, and warns once per value when
+   * the caller's override disagrees with it.
+   */
+  private observeLifetime(told: number | undefined): void {
+    if (told === undefined) return;
+    const before = this.serverLifetimeMs;
+    this.serverLifetimeMs = told;
+    if (told !== before && this.keyLifetimeMs() <= this.options.ttlMarginMs) {
+      this.options.onWarning?.(
+        `the server keeps keys for ${span(told)} (its Idempotency-Key-Lifetime), not longer than the TTL margin ${span(this.options.ttlMarginMs)} (--ttl-margin): every key counts as expired and nothing is sent; lower --ttl-margin below the lifetime`,
+      );
+    }
+    const given = this.options.keyTtlMs;
+    if (given === undefined || given === told || this.warnedLifetimeMs === told) return;
+    this.warnedLifetimeMs = told;
+    this.options.onWarning?.(
+      `the key TTL ${span(given)} given (--key-ttl) is not what the server keeps keys for, ${span(told)} (its Idempotency-Key-Lifetime): the shorter, ${span(Math.min(given, told))}, is used; drop --key-ttl to follow the server`,
+    );
+  }
+
+  /**
    * Takes in a server's `Date`: the high-water mark and the server's clock.
    * A `Date` more than the TTL margin ahead of the local clock is ignored
    * (M4): one absurd date (a gateway's year 9999) would otherwise raise the
@@ -522,6 +612,7 @@ export class Sender {
       try {
         const answer = await this.request('GET', '/api/v1/me', null, undefined, signal);
         this.observeServer(answer.serverTime, state);
+        this.observeLifetime(answer.keyLifetimeMs);
         const cls = classifyAnswer(answer, this.clock());
         const id = answer.status === 200 ? principalId(answer.body) : undefined;
         if (id !== undefined) {
@@ -576,7 +667,8 @@ export class Sender {
     settled: Intent[],
     state: DrainState,
   ): Promise<{ reason: 'unauthenticated'; detail: string } | undefined> {
-    const { outbox, keyTtlMs, ttlMarginMs } = this.options;
+    const { outbox, ttlMarginMs } = this.options;
+    const keyTtlMs = this.keyLifetimeMs();
     // Before the age: while the clocks disagree, neither age can be trusted
     // to show a key the server still keeps (F1).
     if (this.hold(intent, state)) return undefined;
@@ -645,11 +737,15 @@ export class Sender {
       return undefined;
     }
     this.observeServer(answer.serverTime, state);
+    this.observeLifetime(answer.keyLifetimeMs);
     const now = this.clock();
     // The last error read before this attempt: an unmarked answer then
     // makes a second one in a row (M2, M3).
     const previousUnmarked = intent.lastError?.startsWith(UNMARKED) === true;
-    const cls = classifyAnswer({ ...answer, previousUnmarked }, now);
+    // Any attempt counted before this one may have reached the server (its
+    // bytes may have left), whatever it met after.
+    const mayHaveReached = intent.attempts > 0;
+    const cls = classifyAnswer({ ...answer, previousUnmarked, mayHaveReached }, now);
     const final = (
       state: 'done' | 'failed',
       failure: FailureReason | null,
@@ -793,6 +889,7 @@ export class Sender {
       body: text,
       retryAfter: res.headers.get('retry-after'),
       serverTime: parseHttpDate(res.headers.get('date')),
+      keyLifetimeMs: parseKeyLifetime(res.headers.get(KEY_LIFETIME_HEADER)),
       code: res.status >= 400 ? problemCode(text) : undefined,
     };
   }

@@ -360,7 +360,7 @@ void t.test('every route declares its operation, auth, idempotency and schemas',
     .sort();
   t.same(summary, [
     'DELETE /api/v1/tokens/:id revokeToken {"auth":"required","idempotent":true}',
-    'GET /api/v1/me getMe {"auth":"required"}',
+    'GET /api/v1/me getMe {"auth":"required","announceKeyLifetime":true}',
     'GET /api/v1/tokens listTokens {"auth":"required"}',
     'POST /api/v1/tokens createToken {"auth":"required","idempotent":true,"oneTimeSecret":true}',
   ]);

@@ -9,6 +9,7 @@ import { requireContext } from '../../../kernel/context/index.js';
 import { problem } from '../../../kernel/errs/index.js';
 import { isUuidV7, parseId } from '../../../kernel/ids/index.js';
 import type { HttpServer } from '../../../platform/http/server.js';
+import { KEY_LIFETIME_DOC } from '../../../platform/http/idempotency/index.js';
 import type { IdentityService, IssuedToken, TokenSummary } from '../app/identity-service.js';
 import {
   CreateTokenBody,
@@ -166,13 +167,20 @@ export function registerIdentityRoutes(app: HttpServer, service: IdentityService
   app.get(
     '/api/v1/me',
     {
-      config: { auth: 'required' },
+      // A client asks this before its first keyed write: the answer tells
+      // how long the server keeps a key, as every keyed answer does.
+      config: { auth: 'required', announceKeyLifetime: true },
       schema: {
         operationId: 'getMe',
         tags: [TAG],
         summary: 'Tell who the caller is',
-        description: 'The principal the bearer token stands for.',
-        response: { 200: MeSchema, 404: ProblemSchema, ...COMMON_PROBLEMS },
+        description:
+          'The principal the bearer token stands for; the Idempotency-Key-Lifetime header tells how long the server keeps a key.',
+        response: {
+          200: { ...MeSchema, headers: { 'Idempotency-Key-Lifetime': KEY_LIFETIME_DOC } },
+          404: ProblemSchema,
+          ...COMMON_PROBLEMS,
+        },
       },
     },
     async () => {

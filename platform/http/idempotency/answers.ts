@@ -26,6 +26,26 @@ export const PROBLEM_CONTENT_TYPE = 'application/problem+json; charset=utf-8';
  */
 export const REPLAY_HEADER = 'idempotent-replay';
 
+/**
+ * The response header that tells how long the server keeps a key:
+ * `Idempotency-Key-Lifetime: 86400`, whole seconds (an RFC 8941 integer)
+ * from the server's first sight of the key, after which a repeat under it
+ * runs as a new request. Sent on every answer of a keyed request and on
+ * routes that declare `config.announceKeyLifetime`.
+ */
+export const KEY_LIFETIME_HEADER = 'idempotency-key-lifetime';
+
+/**
+ * The value of {@link KEY_LIFETIME_HEADER} for a key lifetime.
+ *
+ * @param ttlMs how long a key lives, in milliseconds.
+ * @returns the whole seconds, rounded down (a client that reads it stops
+ *   sending a key no later than the server forgets it).
+ */
+export function keyLifetimeValue(ttlMs: number): string {
+  return String(Math.floor(ttlMs / 1000));
+}
+
 /** How an answer relates to its key: see {@link REPLAY_HEADER}. */
 export type KeyMark = 'first' | 'replay' | 'none';
 

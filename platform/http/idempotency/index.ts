@@ -15,5 +15,12 @@ export {
   FST_IDEMPOTENCY_INVALID_OPTION,
   FST_IDEMPOTENCY_ROUTE_REFUSED,
 } from './errors.js';
-export { documentKeyedRoute } from './openapi.js';
-export { JSON_CONTENT_TYPE, PROBLEM_CONTENT_TYPE, REPLAY_HEADER, sendProblem } from './answers.js';
+export { documentKeyedRoute, KEY_LIFETIME_DOC } from './openapi.js';
+export {
+  JSON_CONTENT_TYPE,
+  KEY_LIFETIME_HEADER,
+  PROBLEM_CONTENT_TYPE,
+  REPLAY_HEADER,
+  keyLifetimeValue,
+  sendProblem,
+} from './answers.js';

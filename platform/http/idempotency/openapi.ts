@@ -11,13 +11,29 @@ const KEY_DESCRIPTION =
   '422 idempotency_key_reuse; a repeat while the first still runs waits, then gets the answer or ' +
   '409 request_in_progress. Keys are per principal and expire. Ignored for anonymous callers.';
 
+/**
+ * The `Idempotency-Key-Lifetime` response header in the API document: on
+ * every answer of a keyed request, and for a route that declares
+ * `config.announceKeyLifetime` (which puts this in its own response
+ * schema's `headers`).
+ */
+export const KEY_LIFETIME_DOC = Object.freeze({
+  type: 'integer',
+  minimum: 0,
+  description:
+    'How long the server keeps an Idempotency-Key, in whole seconds from its first request ' +
+    '(sync.idempotency_key_ttl): a repeat under an older key runs as a new request. Sent on every ' +
+    'answer of a request with a key, and on the routes that announce it, so a client can learn it before its first write.',
+});
+
 type Schema = Record<string, unknown>;
 const isObject = (v: unknown): v is Schema =>
   typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /**
  * Adds the `Idempotency-Key` header parameter and the `Idempotent-Replay`
- * response header to a keyed route's schema, for the document only.
+ * and `Idempotency-Key-Lifetime` response headers to a keyed route's
+ * schema, for the document only.
  *
  * @param schema the route schema as @fastify/swagger passes it.
  * @param idempotent the route's `config.idempotent`.
@@ -56,6 +72,7 @@ export function documentKeyedRoute(
           'true on that stored answer given again. Absent on an answer that was not stored (in progress, ' +
           'key reuse, 401, 429, 5xx): such an answer does not say whether an earlier attempt took effect.',
       },
+      'Idempotency-Key-Lifetime': KEY_LIFETIME_DOC,
     };
     documented[status] = r;
   }

@@ -17,7 +17,8 @@
  * options, the route config, the handler contract, errors and outcomes.
  */
 import fp from 'fastify-plugin';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, onSendAsyncHookHandler } from 'fastify';
+import { KEY_LIFETIME_HEADER, keyLifetimeValue } from './answers.js';
 import { checkKeyedRoute } from './checks.js';
 import { keyedHooks } from './hooks.js';
 import { resolveOptions, type IdempotencyEvent, type IdempotencyOptions } from './options.js';
@@ -35,6 +36,12 @@ declare module 'fastify' {
     oneTimeSecret?: boolean;
     /** Template such as `/api/v1/accounts/{id}` to rebuild `Location` on replay. */
     location?: string;
+    /**
+     * Every answer of the route carries `Idempotency-Key-Lifetime`, as
+     * every answer of a keyed request does: for a route a client asks
+     * before its first keyed write (who am I, what does the server keep).
+     */
+    announceKeyLifetime?: boolean;
   }
   interface FastifyInstance {
     /** Added by the idempotency plugin. */
@@ -83,8 +90,25 @@ async function idempotency(app: FastifyInstance, opts: IdempotencyOptions): Prom
     guards: (method: string, url: string) => guarded.has(`${method} ${url}`),
   } satisfies IdempotencyDecorator);
 
+  const lifetime = keyLifetimeValue(options.ttlMs);
+  // On the answer as it leaves, whatever wrote it (a replay, the stored
+  // answer, a problem of the error handler), so no keyed answer lacks it.
+  const announce: onSendAsyncHookHandler = async (_req, reply, payload) => {
+    reply.header(KEY_LIFETIME_HEADER, lifetime);
+    return Promise.resolve(payload);
+  };
+  const announceKeyed: onSendAsyncHookHandler = async (req, reply, payload) => {
+    if (req.idempotencyState !== null) reply.header(KEY_LIFETIME_HEADER, lifetime);
+    return Promise.resolve(payload);
+  };
+
   app.addHook('onRoute', (routeOptions) => {
     const flag = routeOptions.config?.idempotent;
+    if (routeOptions.config?.announceKeyLifetime === true) {
+      routeOptions.onSend = [...toArray(routeOptions.onSend), announce];
+    } else if (flag === true || flag === 'required') {
+      routeOptions.onSend = [...toArray(routeOptions.onSend), announceKeyed];
+    }
     if (flag !== true && flag !== 'required') return;
     const route = checkKeyedRoute(routeOptions);
     const hooks = keyedHooks(options, flights, route);

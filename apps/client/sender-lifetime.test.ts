@@ -1,0 +1,139 @@
+/**
+ * The sender learns how long the server keeps a key from the
+ * `Idempotency-Key-Lifetime` header (of `GET /api/v1/me`, asked before the
+ * first send, and of every answer), against a real HTTP server on
+ * 127.0.0.1; `keyTtlMs` is an override that never lets a key live longer
+ * than the server says, and a disagreement is reported as a warning.
+ */
+import { once } from 'node:events';
+import fs from 'node:fs/promises';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import t, { type Test } from 'tap';
+import { Outbox } from './outbox.js';
+import { Sender } from './sender.js';
+
+const H = 3_600_000;
+const START = Date.parse('2026-06-01T10:00:00Z');
+
+async function setup(t: Test, lifetime: string | undefined, keyTtlMs?: number) {
+  const posts: string[] = [];
+  const srv = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      res.sendDate = false;
+      const headers: Record<string, string> = {
+        'content-type': 'application/json; charset=utf-8',
+        date: new Date(clock.now).toUTCString(),
+        ...(lifetime === undefined ? {} : { 'idempotency-key-lifetime': lifetime }),
+      };
+      if (req.url === '/api/v1/me') {
+        res.writeHead(200, headers);
+        res.end('{"id":"p1","kind":"user","display_name":"P"}');
+        return;
+      }
+      posts.push(String(req.headers['idempotency-key']));
+      res.writeHead(201, { ...headers, 'idempotent-replay': 'false' });
+      res.end('{"id":"t1"}');
+    });
+  });
+  srv.listen(0, '127.0.0.1');
+  await once(srv, 'listening');
+  t.teardown(() => {
+    srv.closeAllConnections();
+    srv.close();
+  });
+  const { port } = srv.address() as AddressInfo;
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'client-lifetime-'));
+  const clock = { now: START };
+  const outbox = Outbox.open(path.join(dir, 'outbox.sqlite'), { clock: () => clock.now });
+  t.teardown(async () => {
+    outbox.close();
+    await fs.rm(dir, { recursive: true, force: true });
+  });
+  const warnings: string[] = [];
+  const sender = new Sender({
+    outbox,
+    baseUrl: `http://127.0.0.1:${String(port)}`,
+    token: 'tok',
+    ...(keyTtlMs === undefined ? {} : { keyTtlMs }),
+    ttlMarginMs: H,
+    timeoutMs: 2_000,
+    concurrency: 1,
+    backoff: { baseMs: 100, capMs: 1_000, maxRetryAfterMs: 1_000 },
+    clock: () => clock.now,
+    random: () => 0.5,
+    sleep: async (ms) => {
+      clock.now += ms;
+      await Promise.resolve();
+    },
+    onWarning: (w) => warnings.push(w),
+  });
+  // Stated 90 minutes ago, never sent: young for 24 hours, too old for 2.
+  const { intent } = outbox.enqueue({ operation: 'op', method: 'POST', path: '/x', body: {} });
+  clock.now += 90 * 60_000;
+  return { outbox, sender, warnings, posts, intent };
+}
+
+void t.test(
+  'the lifetime told by GET /api/v1/me expires a key before its first send',
+  async (t) => {
+    const s = await setup(t, '7200');
+    await s.sender.drain();
+    t.same(s.posts, [], 'not sent: the server keeps keys 2 hours, less the 1 hour margin');
+    t.match(s.outbox.get(s.intent.key), { state: 'failed', failure: 'expired' });
+    t.equal(s.sender.keyLifetimeMs(), 2 * H, 'the lifetime in force');
+    t.notOk(s.warnings.length > 0, 'no warning without an override');
+  },
+);
+
+void t.test(
+  'an override longer than the server says is not believed, and is warned of',
+  async (t) => {
+    const s = await setup(t, '7200', 24 * H);
+    await s.sender.drain();
+    t.same(s.posts, [], 'the shorter lifetime, the server one, is in force');
+    t.match(s.outbox.get(s.intent.key), { state: 'failed', failure: 'expired' });
+    t.equal(s.warnings.length, 1, 'warned once');
+    t.match(
+      s.warnings[0],
+      /key TTL 1d given .*server keeps keys for, 2h .*the shorter, 2h, is used/,
+    );
+  },
+);
+
+void t.test('an override shorter than the server says is kept, and is warned of', async (t) => {
+  const s = await setup(t, String(48 * 3600), 2 * H);
+  await s.sender.drain();
+  t.same(s.posts, [], 'the override, 2 hours, is in force');
+  t.equal(s.sender.keyLifetimeMs(), 2 * H);
+  t.equal(s.warnings.length, 1);
+});
+
+void t.test(
+  'an override equal to the server is quiet; a server that says nothing keeps 24h',
+  async (t) => {
+    const equal = await setup(t, '86400', 24 * H);
+    await equal.sender.drain();
+    t.equal(equal.posts.length, 1, 'sent');
+    t.same(equal.warnings, []);
+    const silent = await setup(t, undefined);
+    await silent.sender.drain();
+    t.equal(silent.posts.length, 1, 'sent: 90 minutes is young for the default 24 hours');
+    t.equal(silent.sender.keyLifetimeMs(), 24 * H);
+    const odd = await setup(t, 'soon');
+    await odd.sender.drain();
+    t.equal(odd.posts.length, 1, 'an unreadable value is no lifetime');
+    t.equal(odd.sender.keyLifetimeMs(), 24 * H);
+  },
+);
+
+void t.test('a lifetime not above the margin is warned of: nothing can be sent', async (t) => {
+  const s = await setup(t, '3600');
+  await s.sender.drain();
+  t.same(s.posts, []);
+  t.equal(s.warnings.length, 1);
+  t.match(s.warnings[0], /keeps keys for 1h .*not longer than the TTL margin 1h .*nothing is sent/);
+});
