@@ -69,20 +69,20 @@ void t.test(
       // New on this connection, so postgres.js describes it first and queues
       // what follows (the settings, the COMMIT) in its own queue.
       db.sendWithCommit('a slow tail', (tx) =>
-        tx`select pg_sleep(${0.5}::float8) as slept`.execute(),
+        tx`select pg_sleep(${3}::float8) as slept`.execute(),
       );
     });
-    setTimeout(() => {
-      // A postgres.js query runs only once it is awaited or executed.
-      void admin`select pg_terminate_backend(${pid})`.then(
-        () => undefined,
-        () => undefined,
-      );
-    }, 200);
+    // Once the session is known and the sleeping statement sent (a loaded
+    // machine may take longer than any fixed delay to get there).
+    void (async () => {
+      while (pid === 0) await new Promise((r) => setTimeout(r, 10));
+      await new Promise((r) => setTimeout(r, 200));
+      await admin`select pg_terminate_backend(${pid})`.catch(() => undefined);
+    })();
     const outcome = await within(run, 5_000);
     t.ok(outcome.settled, 'the run settles');
     // The COMMIT waits in the driver's queue behind the sleeping statement
-    // (written only once it is answered, after 500 ms): it never reached
+    // (written only once it is answered, after 3 s): it never reached
     // the server, so the outcome is known, not unknown.
     t.match(outcome.value, { code: /^(57P01|CONNECTION_CLOSED)$/ }, 'with the lost connection');
     t.equal(await count(), 0, 'nothing committed');
