@@ -110,15 +110,20 @@ async function call(o: CeilingOptions, body: string): Promise<void> {
 }
 
 /**
- * Runs the callers for the given time and reports throughput, latency, CPU
- * per call of this process and of PostgreSQL, and writes to PostgreSQL per
- * call (this process's write system calls: it writes nothing else then).
+ * Drives concurrent callers of one call for the given time and reports
+ * throughput, latency, CPU per call of this process and of PostgreSQL, and
+ * writes to PostgreSQL per call (this process's write system calls: it
+ * writes nothing else then). Shared by the ceiling and the limit (limit.ts).
  *
- * @param o what to drive and how hard.
+ * @param o callers, seconds and the postmaster.
+ * @param once one call; it must succeed.
  * @returns the figures, in the shape of an HTTP load's.
- * @throws Error when a call fails (every call must succeed).
+ * @throws what a call throws.
  */
-export async function runCeiling(o: CeilingOptions): Promise<LoadFigures> {
+export async function driveCalls(
+  o: { readonly concurrency: number; readonly seconds: number; readonly postmasterPid: number },
+  once: () => Promise<void>,
+): Promise<LoadFigures> {
   const self = process.pid;
   const node0 = processCpuMicros(self);
   const pg0 = treeCpuMicros(o.postmasterPid);
@@ -130,7 +135,7 @@ export async function runCeiling(o: CeilingOptions): Promise<LoadFigures> {
     Array.from({ length: o.concurrency }, async () => {
       while (performance.now() < end) {
         const at = performance.now();
-        await call(o, o.nextBody());
+        await once();
         latencies.push(performance.now() - at);
       }
     }),
@@ -155,4 +160,15 @@ export async function runCeiling(o: CeilingOptions): Promise<LoadFigures> {
     pgCpuUsPerRequest: n === 0 ? 0 : (pg1 - pg0) / n,
     pgWritesPerRequest: n === 0 ? 0 : (writes1 - writes0) / n,
   };
+}
+
+/**
+ * Runs the callers for the given time (see {@link driveCalls}).
+ *
+ * @param o what to drive and how hard.
+ * @returns the figures, in the shape of an HTTP load's.
+ * @throws Error when a call fails (every call must succeed).
+ */
+export function runCeiling(o: CeilingOptions): Promise<LoadFigures> {
+  return driveCalls(o, () => call(o, o.nextBody()));
 }

@@ -11,7 +11,7 @@ import { createHash } from 'node:crypto';
 import { newId } from '../../kernel/ids/index.js';
 import type { Sql } from '../../platform/pg/client.js';
 import type { LoadFigures } from './load.js';
-import { processCpuMicros, processWrites, treeCpuMicros } from './proc.js';
+import { driveCalls } from './ceiling.js';
 
 /** What the limit drives. */
 export interface LimitOptions {
@@ -106,41 +106,6 @@ async function call(o: LimitOptions, body: string): Promise<void> {
  * @returns the figures, in the shape of an HTTP load's.
  * @throws Error when a call fails (every call must succeed).
  */
-export async function runLimit(o: LimitOptions): Promise<LoadFigures> {
-  const self = process.pid;
-  const node0 = processCpuMicros(self);
-  const pg0 = treeCpuMicros(o.postmasterPid);
-  const writes0 = processWrites(self);
-  const started = performance.now();
-  const end = started + o.seconds * 1000;
-  const latencies: number[] = [];
-  await Promise.all(
-    Array.from({ length: o.concurrency }, async () => {
-      while (performance.now() < end) {
-        const at = performance.now();
-        await call(o, o.nextBody());
-        latencies.push(performance.now() - at);
-      }
-    }),
-  );
-  const seconds = (performance.now() - started) / 1000;
-  const node1 = processCpuMicros(self);
-  const pg1 = treeCpuMicros(o.postmasterPid);
-  const writes1 = processWrites(self);
-  latencies.sort((a, b) => a - b);
-  const n = latencies.length;
-  const at = (q: number) => latencies[Math.min(n - 1, Math.floor(q * n))] ?? NaN;
-  return {
-    requests: n,
-    seconds,
-    rps: n / seconds,
-    p50Ms: at(0.5),
-    p99Ms: at(0.99),
-    non2xx: 0,
-    errors: 0,
-    statuses: { '201': n },
-    nodeCpuUsPerRequest: n === 0 ? 0 : (node1 - node0) / n,
-    pgCpuUsPerRequest: n === 0 ? 0 : (pg1 - pg0) / n,
-    pgWritesPerRequest: n === 0 ? 0 : (writes1 - writes0) / n,
-  };
+export function runLimit(o: LimitOptions): Promise<LoadFigures> {
+  return driveCalls(o, () => call(o, o.nextBody()));
 }
