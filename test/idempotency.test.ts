@@ -238,7 +238,7 @@ void t.test('the same key under two principals is independent', async (t) => {
 });
 
 void t.test(
-  'a repeat of a key this process has read is answered from memory, and not with the cache off',
+  'a repeat of a key this process answered is answered from memory, and not with the cache off',
   async (t) => {
     for (const [ttl, fromMemory] of [
       ['60s', true],
@@ -249,7 +249,7 @@ void t.test(
       const first = await send(k, k.alice, { label: 'cached' }, { key });
       t.equal(first.statusCode, 201);
       const read = await send(k, k.alice, { label: 'cached' }, { key });
-      t.equal(read.headers['idempotent-replay'], 'true', `${ttl}: the first replay reads the row`);
+      t.equal(read.headers['idempotent-replay'], 'true', `${ttl}: replayed`);
       // Only memory can answer once the row is gone.
       await k.tdb.owner`delete from idempotency_keys`;
       const again = await send(k, k.alice, { label: 'cached' }, { key });

@@ -62,12 +62,16 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     return row === undefined ? undefined : { completed: row.completed, response: row.response };
   }
 
-  /** @inheritdoc */
-  find(principalId: Id, key: Id, now: Date): Promise<IdempotencyEntry | null> {
+  /**
+   * @inheritdoc
+   *
+   * The store is memory: every committed, completed, unexpired row is known.
+   */
+  recall(principalId: Id, key: Id, now: Date): IdempotencyEntry | null {
     const row = this.rows.get(`${principalId}/${key}`);
     if (!row || !row.completed || row.writer.isOpen() || row.expiresAt <= now.getTime())
-      return Promise.resolve(null);
-    return Promise.resolve(entry(row));
+      return null;
+    return entry(row);
   }
 
   /**

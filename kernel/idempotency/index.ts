@@ -63,16 +63,20 @@ export interface IdempotencyEntry extends StoredResponse {
 /** Where keys and their answers live. */
 export interface IdempotencyStore {
   /**
-   * The completed, unexpired row for (principal, key): the replay fast path.
-   * Completed rows never change until they expire, so no transaction is needed
-   * (and none may be open: the read takes a pool connection of its own).
+   * The replay fast path, from memory only: the completed, unexpired row
+   * for (principal, key) when this process knows it (it stored the answer,
+   * or met the row before), else null. Never a database read: a fresh key,
+   * the common case, pays nothing for the replay path, and a repeat that
+   * memory cannot answer is decided by the attempt's insert
+   * (01-idempotency.md, "Algorithm", step 1). Completed rows never change
+   * until they expire, so what memory holds is sound.
    *
    * @param principalId the principal.
    * @param key the key.
    * @param now the kernel clock's time.
-   * @returns the entry, or null when there is no completed unexpired row.
+   * @returns the entry, or null when memory holds no completed unexpired row.
    */
-  find(principalId: Id, key: Id, now: Date): Promise<IdempotencyEntry | null>;
+  recall(principalId: Id, key: Id, now: Date): IdempotencyEntry | null;
   /**
    * The common case of taking a key, in one statement: inserts an
    * in-progress row when no row exists for (principal, key). Like `begin` it

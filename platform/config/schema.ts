@@ -458,7 +458,7 @@ export const ConfigSchema = Type.Object(
       idempotency_replay_cache_ttl: duration({
         default: '60s',
         description:
-          'How long an api process may answer a repeat of a completed idempotency key from memory after reading the key from the database; 0s reads idempotency_keys on every replay. A completed key never changes until it expires, and no entry is served past its expiry; this bounds how long a key deleted by hand goes on being replayed by a process that read it.',
+          "How long an api process may answer a repeat of a completed idempotency key from memory after storing its answer or meeting its row; 0s turns memory off, and every repeat is decided by the key's insert in a short transaction. A completed key never changes until it expires, and no entry is served past its expiry; this bounds how long a key deleted by hand goes on being replayed by a process that read it.",
         min: '0ms',
         max: '1h',
       }),

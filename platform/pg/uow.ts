@@ -81,6 +81,11 @@ interface Frame {
    * COMMIT ({@link PgDatabase.sendWithCommit}), settled, awaited after it.
    */
   readonly tails: Promise<Settled<unknown>>[];
+  /**
+   * Shared by the transaction and its savepoints: called once the COMMIT
+   * is answered COMMIT ({@link PgDatabase.sendWithCommit}).
+   */
+  readonly onCommit: (() => void)[];
   /** True inside a savepoint (a nested run). */
   readonly nested: boolean;
 }
@@ -251,9 +256,17 @@ export class PgDatabase {
    *
    * @param what the operation, for the error message.
    * @param build makes the statement on the transaction.
+   * @param committed called once PostgreSQL answered the COMMIT with
+   *   COMMIT (never after a rollback, a failed attempt that is retried, or a
+   *   COMMIT without an answer); what it throws is ignored, since the caller
+   *   must still learn that the transaction committed.
    * @throws TransactionRequiredError outside a unit of work.
    */
-  sendWithCommit(what: string, build: (tx: TransactionSql) => PromiseLike<unknown>): void {
+  sendWithCommit(
+    what: string,
+    build: (tx: TransactionSql) => PromiseLike<unknown>,
+    committed?: () => void,
+  ): void {
     const frame = this.storage.getStore();
     if (!frame) throw new TransactionRequiredError(what);
     if (frame.nested) {
@@ -266,6 +279,7 @@ export class PgDatabase {
     }
     if (frame.life.ended !== undefined) throw new TransactionEndedError(frame.life.ended);
     frame.tails.push(settle(build(frame.tx)));
+    if (committed !== undefined) frame.onCommit.push(committed);
   }
 
   /** Whether {@link close} has begun. */
@@ -358,6 +372,7 @@ export class PgUnitOfWork implements UnitOfWork {
         : { reserveMs: 0, transactionMs: 0 };
     for (let attempt = 1; ; attempt++) {
       const tails: Promise<Settled<unknown>>[] = [];
+      const onCommit: (() => void)[] = [];
       // An object, not a let: it is set by a callback.
       const progress = { fnSettled: true };
       let txn: ConnectionTransaction | undefined;
@@ -376,7 +391,16 @@ export class PgUnitOfWork implements UnitOfWork {
                    set_config('statement_timeout', ${this.settings[1]}, true),
                    set_config('transaction_timeout', ${this.settings[2]}, true)`.execute(),
         );
-        const frame: Frame = { tx, txn, scope, attempt, life: txn.life, tails, nested: false };
+        const frame: Frame = {
+          tx,
+          txn,
+          scope,
+          attempt,
+          life: txn.life,
+          tails,
+          onCommit,
+          nested: false,
+        };
         progress.fnSettled = false;
         const running = settle(this.db.storage.run(frame, fn));
         void running.then(() => {
@@ -434,6 +458,13 @@ export class PgUnitOfWork implements UnitOfWork {
         if (answer.value.command !== 'COMMIT') throw new TransactionAbortedError();
         // Committed, but a tail the client never sent failed: report it.
         for (const tail of sent) if (!tail.ok) throw tail.error;
+        for (const committed of onCommit) {
+          try {
+            committed();
+          } catch {
+            // Documented as ignored: the caller must learn of the commit.
+          }
+        }
         return decided.value;
       } catch (err) {
         // Never run fn again beside its own live twin.

@@ -6,8 +6,8 @@
  * request's SQL does: the token lookup, then the transfer; keyed, the key
  * is taken, the transfer runs in a savepoint and the answer is stored in
  * the same transaction, the way the idempotency plugin uses its store
- * (platform/http/idempotency/attempt.ts), after the replay read a fresh key
- * misses. What HTTP adds on top of this is what the web layer costs.
+ * (platform/http/idempotency/attempt.ts), after the replay cache a fresh
+ * key misses. What HTTP adds on top of this is what the web layer costs.
  */
 import type { Authenticator } from '../../kernel/actor/index.js';
 import type { IdempotencyStore } from '../../kernel/idempotency/index.js';
@@ -88,8 +88,8 @@ async function call(o: CeilingOptions, body: string): Promise<void> {
     now: new Date(),
     ttlMs: o.ttlMs,
   };
-  // The replay fast path's read, which a fresh key misses.
-  if ((await o.store.find(principalId, request.key, request.now)) !== null) {
+  // The replay fast path, from memory, which a fresh key misses.
+  if (o.store.recall(principalId, request.key, request.now) !== null) {
     throw new Error('a fresh key was found');
   }
   await o.uow.run(async () => {

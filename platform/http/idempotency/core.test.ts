@@ -252,13 +252,15 @@ void t.test('the attempt decides: commit failed, failed, in progress, retried', 
   t.equal(commitFailed.kind, 'commit_failed');
   failCommit = false;
   t.equal(
-    await s.find(doomed.request.principalId, doomed.request.key, doomed.now()),
+    s.recall(doomed.request.principalId, doomed.request.key, doomed.now()),
     null,
     'nothing stored',
   );
 
   const broken = new InMemoryIdempotencyStore(u);
-  broken.find = () => Promise.reject(new Error('unused'));
+  broken.recall = () => {
+    throw new Error('unused');
+  };
   broken.take = () => Promise.reject(new Error('database gone'));
   const failed = await runAttempt(
     attemptInput(u, broken, () => Promise.resolve(answer(201))),
@@ -331,7 +333,7 @@ void t.test('a one-time secret is never stored', async (t) => {
     },
   );
   t.equal((await runAttempt(input, 'a')).kind, 'stored');
-  const row = await s.find(input.request.principalId, input.request.key, input.now());
+  const row = s.recall(input.request.principalId, input.request.key, input.now());
   t.same(row?.body, { one_time_secret: true });
   t.notOk(JSON.stringify(row).includes('tok_secret'));
 });

@@ -3,7 +3,9 @@
  * - `preParsing` keeps the body bytes as received (the fingerprint's input),
  *   whatever body parser the application uses;
  * - `preValidation` reads the key, refuses a query string, computes the
- *   fingerprint and tries the replay fast path (one read, no transaction);
+ *   fingerprint and tries the replay fast path, from the store's memory
+ *   only (a repeat memory cannot answer is decided by the attempt's insert,
+ *   still before validation: 01-idempotency.md, "Algorithm", step 1);
  * - the handler's wrapper takes the key's turn in this process, runs the
  *   attempt in the unit of work (attempt.ts) and sends the answer only after
  *   the decision, so only after the commit.
@@ -188,7 +190,7 @@ export function keyedHooks(
       }),
     };
     req.idempotencyState = state;
-    const found = await store.find(state.principalId, state.key, clock.now());
+    const found = store.recall(state.principalId, state.key, clock.now());
     if (found) return answerExisting(req, reply, state, found);
   };
 
@@ -280,9 +282,10 @@ export function keyedHooks(
         return sendProblem(reply, inProgressProblem(), req.id);
       }
       try {
-        // The first request here has ended: its answer may now be stored.
+        // The first request here has ended: the answer it stored is in
+        // memory now (otherwise the attempt's insert meets its row).
         const found = acquired.waited
-          ? await store.find(state.principalId, state.key, clock.now())
+          ? store.recall(state.principalId, state.key, clock.now())
           : null;
         if (found) return await answerExisting(req, reply, state, found);
         const pristineBody: unknown = structuredClone(req.body);

@@ -201,10 +201,10 @@ export function resolveOptions(options: unknown): ResolvedOptions {
     throw new FST_IDEMPOTENCY_INVALID_OPTION(unknown, 'is not an option of this plugin');
   }
   const o = options as Partial<Record<keyof IdempotencyOptions, unknown>>;
-  if (!hasMethods(o.store, ['find', 'take', 'begin', 'complete'])) {
+  if (!hasMethods(o.store, ['recall', 'take', 'begin', 'complete'])) {
     throw new FST_IDEMPOTENCY_INVALID_OPTION(
       'store',
-      'is required: an IdempotencyStore (find, take, begin, complete)',
+      'is required: an IdempotencyStore (recall, take, begin, complete)',
     );
   }
   if (!hasMethods(o.transaction, ['run', 'inTransaction'])) {

@@ -50,7 +50,7 @@ async function setup(t: Test) {
 }
 
 void t.test('a fresh key is taken and completed with the effect in one transaction', async (t) => {
-  const { db, uow, store, request, rows, effects } = await setup(t);
+  const { tdb, db, uow, store, request, rows, effects } = await setup(t);
   const key = newId();
   await uow.run(async () => {
     t.equal(await store.begin(request(key)), null, 'a fresh key is taken');
@@ -63,9 +63,10 @@ void t.test('a fresh key is taken and completed with the effect in one transacti
   t.equal(row?.response_status, 201);
   t.equal(row?.expires_at.getTime(), NOW.getTime() + TTL);
   t.equal(await effects(), 1);
-  const found = await store.find(request(key).principalId, key, NOW);
-  t.equal(found?.status, 201);
-  t.same(found?.body, { id: 1 });
+  const [stored] = await tdb.owner<{ response_body: unknown }[]>`
+    select response_body from idempotency_keys where key = ${key}`;
+  t.same(stored?.response_body, { id: 1 });
+  t.equal(store.recall(request(key).principalId, key, NOW), null, 'no cache: memory knows nothing');
 });
 
 void t.test('begin on a completed key returns the stored entry and takes nothing', async (t) => {
@@ -89,7 +90,6 @@ void t.test('an expired row is replaced by the new request, which takes the key'
     await store.complete(request(key), { status: 200, body: { old: true }, resourceId: null });
   });
   const later = new Date(NOW.getTime() + TTL + 1);
-  t.equal(await store.find(request(key).principalId, key, later), null, 'expired: no replay');
   await uow.run(async () => {
     t.equal(await store.begin(request(key, later)), null, 'the key is taken afresh');
     await store.complete(request(key, later), {
@@ -150,7 +150,7 @@ void t.test(
 );
 
 void t.test(
-  'with a replay cache, a completed row read once is answered from memory for its principal only',
+  'with a replay cache, an answer this store committed or a completed row its begin met is recalled for its principal only',
   async (t) => {
     const { tdb, db, uow, request, principalId } = await setup(t);
     let mono = 0;
@@ -159,63 +159,80 @@ void t.test(
     });
     const plain = new PgIdempotencyStore(db);
     const key = newId();
-    t.equal(await store.find(principalId, key, NOW), null, 'before the key exists: absent');
+    t.equal(store.recall(principalId, key, NOW), null, 'before the key exists: absent');
     await uow.run(async () => {
       await store.begin(request(key));
       await store.complete(request(key), { status: 201, body: { id: 1 }, resourceId: null });
     });
-    t.equal((await store.find(principalId, key, NOW))?.status, 201, 'a miss was not kept');
     // Taken away behind the store's back: only memory can still answer.
     await tdb.owner`delete from idempotency_keys where key = ${key}`;
-    t.equal(await plain.find(principalId, key, NOW), null, 'the row is gone');
-    const cached = await store.find(principalId, key, NOW);
-    t.equal(cached?.status, 201, 'served from memory');
+    const cached = store.recall(principalId, key, NOW);
+    t.equal(cached?.status, 201, 'the committed answer, from memory');
     t.same(cached?.body, { id: 1 });
     t.same(cached?.sha256, Buffer.alloc(32, 7), 'with its fingerprint');
     const stranger = newId();
-    await tdb.owner`
-      insert into principals (id, kind, display_name) values (${stranger}, 'user', 'Stranger')`;
-    t.equal(await store.find(stranger, key, NOW), null, 'never to another principal');
-    const later = new Date(NOW.getTime() + TTL);
-    t.equal(await store.find(principalId, key, later), null, 'never at the row expiry');
+    t.equal(store.recall(stranger, key, NOW), null, 'never to another principal');
+    t.equal(store.recall(principalId, key, new Date(NOW.getTime() + TTL)), null, 'never at expiry');
+
+    const rolledBack = newId();
+    await t.rejects(
+      uow.run(async () => {
+        await store.begin(request(rolledBack));
+        await store.complete(request(rolledBack), { status: 201, body: null, resourceId: null });
+        throw new Error('rolled back');
+      }),
+      /rolled back/,
+    );
+    t.equal(store.recall(principalId, rolledBack, NOW), null, 'a rolled back answer: not kept');
+    const refused = newId();
+    await t.rejects(
+      uow.run(async () => {
+        // Not in progress: PostgreSQL rolls the COMMIT back.
+        await store.complete(request(refused), { status: 201, body: null, resourceId: null });
+      }),
+    );
+    t.equal(store.recall(principalId, refused, NOW), null, 'a refused completion: not kept');
+
+    const other = newId();
     await uow.run(async () => {
-      await store.begin(request(key));
-      await store.complete(request(key), { status: 200, body: { id: 2 }, resourceId: null });
+      await plain.begin(request(other));
+      await plain.complete(request(other), { status: 200, body: { id: 2 }, resourceId: null });
     });
-    t.equal((await store.find(principalId, key, NOW))?.status, 200, 'read again');
-    await tdb.owner`delete from idempotency_keys where key = ${key}`;
+    t.equal(store.recall(principalId, other, NOW), null, 'another writer: unknown here');
+    const met = await uow.run(() => store.begin(request(other)));
+    t.equal(met?.status, 200, 'begin meets the row');
+    await tdb.owner`delete from idempotency_keys where key = ${other}`;
+    t.same(store.recall(principalId, other, NOW)?.body, { id: 2 }, 'and memory keeps it');
     mono = 60_000;
-    t.equal(await store.find(principalId, key, NOW), null, 'not past the cache TTL');
+    t.equal(store.recall(principalId, other, NOW), null, 'not past the cache TTL');
   },
 );
 
-void t.test(
-  'with a replay cache, an answer over 4 KiB is read from the database each time',
-  async (t) => {
-    const { tdb, db, uow, request, principalId } = await setup(t);
-    const store = new PgIdempotencyStore(db, { replayCache: { ttlMs: 60_000, maxEntries: 100 } });
+void t.test('with a replay cache, an answer over 4 KiB is never kept in memory', async (t) => {
+  const { db, uow, request, principalId } = await setup(t);
+  const store = new PgIdempotencyStore(db, { replayCache: { ttlMs: 60_000, maxEntries: 100 } });
+  const plain = new PgIdempotencyStore(db);
+  for (const [writer, how] of [
+    [store, 'committed here'],
+    [plain, 'met by begin'],
+  ] as const) {
     const small = newId();
     const large = newId();
-    await uow.run(async () => {
-      await store.begin(request(small));
-      await store.complete(request(small), {
-        status: 201,
-        body: { text: 'x'.repeat(4_000) },
-        resourceId: null,
+    for (const [key, size] of [
+      [small, 4_000],
+      [large, 4_100],
+    ] as const) {
+      await uow.run(async () => {
+        await writer.begin(request(key));
+        await writer.complete(request(key), {
+          status: 201,
+          body: { text: 'x'.repeat(size) },
+          resourceId: null,
+        });
       });
-    });
-    await uow.run(async () => {
-      await store.begin(request(large));
-      await store.complete(request(large), {
-        status: 201,
-        body: { text: 'x'.repeat(4_100) },
-        resourceId: null,
-      });
-    });
-    t.ok(await store.find(principalId, small, NOW));
-    t.ok(await store.find(principalId, large, NOW));
-    await tdb.owner`delete from idempotency_keys`;
-    t.ok(await store.find(principalId, small, NOW), 'under 4 KiB of JSON: kept');
-    t.equal(await store.find(principalId, large, NOW), null, 'over it: not kept');
-  },
-);
+      if (writer === plain) await uow.run(() => store.begin(request(key)));
+    }
+    t.ok(store.recall(principalId, small, NOW), `${how}, under 4 KiB of JSON: kept`);
+    t.equal(store.recall(principalId, large, NOW), null, `${how}, over it: not kept`);
+  }
+});

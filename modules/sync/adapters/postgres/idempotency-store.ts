@@ -90,37 +90,12 @@ export class PgIdempotencyStore implements IdempotencyStore {
   /**
    * @inheritdoc
    *
-   * With a replay cache, a completed row read before is answered from
-   * memory (a completed row never changes until it expires); a row is kept
-   * after its read when its answer is at most {@link MAX_CACHED_BODY_BYTES}.
+   * From the replay cache: answers this process stored, and completed rows
+   * its `begin` met, each kept when its answer is at most
+   * {@link MAX_CACHED_BODY_BYTES} of JSON. Without a cache, always null.
    */
-  async find(principalId: Id, key: Id, now: Date): Promise<IdempotencyEntry | null> {
-    // Refused inside a unit of work whether or not memory could answer.
-    const sql = this.db.poolOutsideTransaction('the idempotency replay read');
-    const cached = this.#cache?.get(principalId, key, now);
-    if (cached !== undefined) return cached;
-    // By the primary key alone, state and expiry judged here: with
-    // `expires_at > now` in the statement, the planner chose the expires_at
-    // index when most rows were expired (the normal state between cleanup
-    // runs) and scanned every live key on each request (measured: 505 to
-    // 317 requests/s with 1M expired keys waiting for cleanup).
-    // The body's size only for the cache, and only when its stored form is
-    // small (a larger one has a larger text): no serialization of a large body.
-    const rows = await sql<(KeyRow & { body_bytes: number | null })[]>`
-      select request_sha256, state, response_status, response_body, resource_id, expires_at,
-             case when pg_column_size(response_body) <= ${MAX_CACHED_BODY_BYTES}
-                  then octet_length(response_body::text) end as body_bytes
-        from idempotency_keys
-       where principal_id = ${principalId} and key = ${key}`;
-    const row = rows[0];
-    if (row === undefined || row.state !== 'completed') return null;
-    if (row.expires_at.getTime() <= now.getTime()) return null;
-    const entry = toEntry(row);
-    const small =
-      row.response_body === null ||
-      (row.body_bytes !== null && row.body_bytes <= MAX_CACHED_BODY_BYTES);
-    if (small) this.#cache?.set(principalId, key, entry, row.expires_at);
-    return entry;
+  recall(principalId: Id, key: Id, now: Date): IdempotencyEntry | null {
+    return this.#cache?.get(principalId, key, now) ?? null;
   }
 
   /**
@@ -174,12 +149,28 @@ export class PgIdempotencyStore implements IdempotencyStore {
       } catch (err) {
         throw inProgressOr(err);
       }
-      const rows = await tx<KeyRow[]>`
-        select request_sha256, state, response_status, response_body, resource_id, expires_at
+      // The body's size only for the cache, and only when its stored form
+      // is small (a larger one has a larger text): no serialization of a
+      // large body.
+      const rows = await tx<(KeyRow & { body_bytes: number | null })[]>`
+        select request_sha256, state, response_status, response_body, resource_id, expires_at,
+               case when pg_column_size(response_body) <= ${MAX_CACHED_BODY_BYTES}
+                    then octet_length(response_body::text) end as body_bytes
           from idempotency_keys
          where principal_id = ${req.principalId} and key = ${req.key}`;
       const row = rows[0];
-      if (row !== undefined && row.expires_at.getTime() > req.now.getTime()) return toEntry(row);
+      if (row !== undefined && row.expires_at.getTime() > req.now.getTime()) {
+        const entry = toEntry(row);
+        // Met after the insert found it, so committed by another
+        // transaction; a completed row never changes until it expires.
+        const small =
+          row.response_body === null ||
+          (row.body_bytes !== null && row.body_bytes <= MAX_CACHED_BODY_BYTES);
+        if (entry.completed && small) {
+          this.#cache?.set(req.principalId, req.key, entry, row.expires_at);
+        }
+        return entry;
+      }
       // Expired (delete it and insert again) or gone since the insert looked
       // (cleaned up meanwhile: insert again).
       purge = row !== undefined;
@@ -197,24 +188,44 @@ export class PgIdempotencyStore implements IdempotencyStore {
    * transaction back, and the unit of work rejects.
    */
   complete(req: IdempotencyRequest, res: StoredResponse): Promise<void> {
-    this.db.sendWithCommit('storing an idempotent answer', (tx) => {
-      const body =
-        res.body === null || res.body === undefined
-          ? null
-          : tx.json(res.body as Parameters<typeof tx.json>[0]);
-      // The error's text is built from the row count, so the planner cannot
-      // fold it into a constant and raise it when nothing is wrong.
-      return tx`
+    // The JSON text sent is the one the cache keeps the value of: a replay
+    // from memory answers what a replay from the row would.
+    const text = res.body === null || res.body === undefined ? null : JSON.stringify(res.body);
+    const cache = this.#cache;
+    const remember =
+      cache === undefined || (text !== null && Buffer.byteLength(text) > MAX_CACHED_BODY_BYTES)
+        ? undefined
+        : () => {
+            cache.set(
+              req.principalId,
+              req.key,
+              {
+                sha256: req.sha256,
+                completed: true,
+                status: res.status,
+                body: text === null ? null : (JSON.parse(text) as unknown),
+                resourceId: res.resourceId,
+              },
+              new Date(req.now.getTime() + req.ttlMs),
+            );
+          };
+    // The error's text is built from the row count, so the planner cannot
+    // fold it into a constant and raise it when nothing is wrong.
+    this.db.sendWithCommit(
+      'storing an idempotent answer',
+      (tx) =>
+        tx`
         with done as (
           update idempotency_keys
-             set state = 'completed', response_status = ${res.status}, response_body = ${body},
-                 resource_id = ${res.resourceId}
+             set state = 'completed', response_status = ${res.status},
+                 response_body = (${text}::text)::jsonb, resource_id = ${res.resourceId}
            where principal_id = ${req.principalId} and key = ${req.key} and state = 'in_progress'
           returning 1)
         select case when n = 1 then n
                     else (n::text || ' idempotency keys completed instead of 1')::int end as ok
-          from (select count(*)::int as n from done) as c`.execute();
-    });
+          from (select count(*)::int as n from done) as c`.execute(),
+      remember,
+    );
     return Promise.resolve();
   }
 }
