@@ -140,3 +140,37 @@ void t.test(
     t.equal(open[0]?.n, 0, 'no transaction left open');
   },
 );
+
+void t.test(
+  'the completion of a key is a HOT update: no index entry is written for it',
+  async (t) => {
+    const k = await startTestApp(t);
+    // In parallel, as under load: other inserts fill a page between a
+    // key's insert and its completion.
+    const N = 160;
+    for (let round = 0; round < N / 16; round++) {
+      const answers = await Promise.all(
+        Array.from({ length: 16 }, (_, i) =>
+          post(k, '/api/v1/effects', { label: `hot-${String(round)}-${String(i)}` }, newId()),
+        ),
+      );
+      t.same(
+        answers.map((a) => a.statusCode),
+        answers.map(() => 201),
+      );
+    }
+    // A session reports its counts at the latest when it ends.
+    await k.app.close();
+    let stats: { upd: number; hot: number } | undefined;
+    const deadline = Date.now() + 10_000;
+    while (Date.now() < deadline) {
+      [stats] = await k.tdb.owner<{ upd: number; hot: number }[]>`
+        select n_tup_upd::int as upd, n_tup_hot_upd::int as hot
+          from pg_stat_user_tables where relname = 'idempotency_keys'`;
+      if ((stats?.upd ?? 0) >= N) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    t.equal(stats?.upd, N, 'one update per key');
+    t.equal(stats?.hot, N, 'every one of them HOT');
+  },
+);
