@@ -118,7 +118,23 @@ export function createSql(url: string, options: SqlOptions): Sql {
     types: {},
   });
   closeListeners.set(sql, listeners);
+  if (options.session !== undefined) sessionDefaults.set(sql, options.session);
   return sql;
+}
+
+const sessionDefaults = new WeakMap<Sql, SessionTimeouts>();
+
+/**
+ * The timeouts every session of a pool made by {@link createSql} starts
+ * with (its `session` option): a unit of work whose own timeouts are the
+ * same need not send them with each BEGIN.
+ *
+ * @param sql the pool.
+ * @returns the timeouts, or undefined when the pool was made without them
+ *   (or not by {@link createSql}).
+ */
+export function sessionTimeoutsOf(sql: Sql): SessionTimeouts | undefined {
+  return sessionDefaults.get(sql);
 }
 
 const closeListeners = new WeakMap<Sql, Set<() => void>>();

@@ -480,6 +480,53 @@ void t.test(
   },
 );
 
+void t.test(
+  "a pool whose sessions start with the unit of work's timeouts is sent no settings per transaction, and its transactions run with them",
+  async (t) => {
+    const { tdb } = await setup(t);
+    const own = { lockTimeoutMs: 1234, statementTimeoutMs: 4567, transactionTimeoutMs: 8910 };
+    for (const preset of [true, false]) {
+      let sent = Buffer.alloc(0);
+      const url = new URL(tdb.appUrl);
+      const forwarder = await startForwarder(Number(url.port), {
+        onClientData: (chunk) => {
+          sent = Buffer.concat([sent, chunk]);
+        },
+      });
+      t.teardown(() => forwarder.close());
+      url.port = String(forwarder.port);
+      const pool = createSql(url.toString(), {
+        max: 1,
+        applicationName: 'uow-preset',
+        ...(preset ? { session: own } : {}),
+      });
+      t.teardown(() => pool.end({ timeout: 1 }));
+      const db = new PgDatabase(pool);
+      const uow = new PgUnitOfWork(db, { ...own, retryMax: 0 });
+      const read = () =>
+        uow.run(async () => {
+          const [r] = await db.sql()<{ lt: string; st: string; tt: string }[]>`
+            select current_setting('lock_timeout') as lt,
+                   current_setting('statement_timeout') as st,
+                   current_setting('transaction_timeout') as tt`;
+          return r;
+        });
+      await read();
+      sent = Buffer.alloc(0);
+      t.same(
+        await read(),
+        { lt: '1234ms', st: '4567ms', tt: '8910ms' },
+        `preset ${String(preset)}`,
+      );
+      t.equal(
+        sent.includes('1234ms'),
+        !preset,
+        preset ? 'the session has them: not sent' : 'sent with BEGIN',
+      );
+    }
+  },
+);
+
 void t.test('a savepoint travels with the statements after it', async (t) => {
   const { db, uow, writes } = await counted(t);
   let id = 0;

@@ -15,7 +15,13 @@ import {
   type UnitOfWork,
   type UnitOfWorkOptions,
 } from '../../kernel/txn/index.js';
-import type { ISql, Sql, TransactionSql } from './client.js';
+import {
+  sessionTimeoutsOf,
+  type ISql,
+  type SessionTimeouts,
+  type Sql,
+  type TransactionSql,
+} from './client.js';
 import { observed } from './observed.js';
 import {
   ConnectionStalledError,
@@ -173,6 +179,8 @@ export class PgDatabase {
   #closing = false;
   /** @internal where units of work get their connections. */
   readonly reservations: Reservations;
+  /** @internal the timeouts the pool's sessions start with, if it was made with them. */
+  readonly sessionTimeouts: SessionTimeouts | undefined;
 
   /**
    * @param pool the application role's pool; its results are checked ({@link checkedResult}).
@@ -185,6 +193,7 @@ export class PgDatabase {
   constructor(pool: Sql, options: { readonly statementDeadlineMs?: number } = {}) {
     this.#raw = pool;
     this.reservations = new Reservations(pool);
+    this.sessionTimeouts = sessionTimeoutsOf(pool);
     const ms = options.statementDeadlineMs ?? 0;
     this.pool = observed(
       pool,
@@ -332,6 +341,13 @@ function endSessionOf(pool: Sql, query: unknown, madeAt: Date): void {
  */
 export class PgUnitOfWork implements UnitOfWork {
   private readonly settings: readonly [string, string, string];
+  /**
+   * The pool's sessions start with these very timeouts (createSql's
+   * `session` option): BEGIN is sent without them. SET LOCAL never outlives
+   * its transaction, so a session's values are its startup ones when each
+   * transaction begins.
+   */
+  private readonly preset: boolean;
 
   /**
    * @param db the database whose ambient storage this unit of work fills.
@@ -341,6 +357,12 @@ export class PgUnitOfWork implements UnitOfWork {
     private readonly db: PgDatabase,
     private readonly options: PgUnitOfWorkOptions,
   ) {
+    const session = db.sessionTimeouts;
+    this.preset =
+      session !== undefined &&
+      session.lockTimeoutMs === options.lockTimeoutMs &&
+      session.statementTimeoutMs === options.statementTimeoutMs &&
+      session.transactionTimeoutMs === options.transactionTimeoutMs;
     this.settings = [
       `${String(options.lockTimeoutMs)}ms`,
       `${String(options.statementTimeoutMs)}ms`,
@@ -385,12 +407,14 @@ export class PgUnitOfWork implements UnitOfWork {
         const scope = newScope();
         const tx = txn.client(scope);
         // Sent without waiting, with BEGIN and fn's first statement in one write.
-        const configured = settle(
-          tx`
-            select set_config('lock_timeout', ${this.settings[0]}, true),
-                   set_config('statement_timeout', ${this.settings[1]}, true),
-                   set_config('transaction_timeout', ${this.settings[2]}, true)`.execute(),
-        );
+        const configured: Promise<Settled<unknown>> = this.preset
+          ? Promise.resolve({ ok: true, value: null })
+          : settle(
+              tx`
+                select set_config('lock_timeout', ${this.settings[0]}, true),
+                       set_config('statement_timeout', ${this.settings[1]}, true),
+                       set_config('transaction_timeout', ${this.settings[2]}, true)`.execute(),
+            );
         const frame: Frame = {
           tx,
           txn,

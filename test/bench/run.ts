@@ -311,6 +311,9 @@ async function main(): Promise<void> {
       const ceilingSql = createSql(target.appUrl, {
         max: config.database.pool_max,
         applicationName: 'bench-ceiling',
+        // As the server makes its pool (apps/server/app.ts).
+        connectTimeoutMs: config.database.connect_timeout,
+        session: unitOfWorkSettings(config.database),
       });
       const ceilingDb = new PgDatabase(ceilingSql);
       const ceilingUow = new PgUnitOfWork(ceilingDb, unitOfWorkSettings(config.database));

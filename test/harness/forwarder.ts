@@ -101,6 +101,11 @@ export interface ForwarderOptions {
    * whose `client_port` it is). Required for that way.
    */
   readonly terminate?: (clientPort: number) => Promise<void>;
+  /**
+   * Called with every chunk a client writes, before it is relayed: for a
+   * test that looks at what was sent (the statement values in a Bind).
+   */
+  readonly onClientData?: (chunk: Buffer) => void;
 }
 
 function assertPort(port: number): void {
@@ -214,6 +219,7 @@ export async function startForwarder(
     upstream.setNoDelay(true);
     client.on('data', (chunk: Buffer) => {
       chunks += 1;
+      options.onClientData?.(chunk);
       if (pair.silent) return;
       const taken = takeTrigger(pair, chunk);
       if (taken === undefined) {
