@@ -48,7 +48,12 @@ import { projectRoot, runMigrations } from '../../platform/migrate/index.js';
 import { createSql, type Sql } from '../../platform/pg/client.js';
 import { openDatabase } from '../../platform/pg/database.js';
 import { freePort } from '../../platform/pg/embedded.js';
-import { PgDatabase, PgUnitOfWork, unitOfWorkSettings } from '../../platform/pg/uow.js';
+import {
+  PgDatabase,
+  PgUnitOfWork,
+  STALL_GRACE_MS,
+  unitOfWorkSettings,
+} from '../../platform/pg/uow.js';
 import { runCeiling } from './ceiling.js';
 import { runLimit } from './limit.js';
 import { burst, measure, type LoadFigures, type LoadRequest } from './load.js';
@@ -315,7 +320,12 @@ async function main(): Promise<void> {
         connectTimeoutMs: config.database.connect_timeout,
         session: unitOfWorkSettings(config.database),
       });
-      const ceilingDb = new PgDatabase(ceilingSql);
+      const ceilingDb = new PgDatabase(ceilingSql, {
+        statementDeadlineMs:
+          config.database.statement_timeout === 0
+            ? 0
+            : config.database.statement_timeout + config.database.connect_timeout + STALL_GRACE_MS,
+      });
       const ceilingUow = new PgUnitOfWork(ceilingDb, unitOfWorkSettings(config.database));
       const deps = { db: ceilingDb, uow: ceilingUow, clock: systemClock };
       // The token cache and its listener, as the server has them.
