@@ -186,6 +186,38 @@ void t.test(
 );
 
 void t.test(
+  "postgres.js hands out a reserved connection released after its close, and its next statement throws outside any promise: the driver's own behaviour, kept as the reproduction",
+  async (t) => {
+    const tdb = await testDatabase(t);
+    const uncaught: string[] = [];
+    const onUncaught = (err: Error): void => {
+      uncaught.push(err.message);
+    };
+    // What would end the process: kept here so the test can report it.
+    const listeners = process.listeners('uncaughtException');
+    process.removeAllListeners('uncaughtException');
+    process.on('uncaughtException', onUncaught);
+    t.teardown(() => {
+      process.off('uncaughtException', onUncaught);
+      for (const l of listeners) process.on('uncaughtException', l);
+    });
+    const pool = createSql(tdb.appUrl, { max: 1, applicationName: 'uow-faults-release' });
+    t.teardown(() => pool.end({ timeout: 1 }));
+    const reserved = await pool.reserve();
+    const [me] = await reserved<{ pid: number }[]>`select pg_backend_pid() as pid`;
+    const admin = createSql(tdb.adminUrl, { max: 1, applicationName: 'uow-faults-admin' });
+    await admin`select pg_terminate_backend(${me?.pid ?? 0})`;
+    await admin.end({ timeout: 1 });
+    await new Promise((r) => setTimeout(r, 300));
+    reserved.release();
+    const again = await pool.reserve();
+    const got = await within(again`select 1 as one`.execute(), 1000);
+    t.equal(got.settled, false, 'the statement never settles (postgres.js 3.4.9)');
+    t.match(uncaught, [/Cannot read properties of null \(reading 'write'\)/], 'and it threw');
+  },
+);
+
+void t.test(
   'a unit of work waiting for a connection when one closes still runs: the reservation the driver drops is asked again',
   async (t) => {
     const { pool, uow, db, forwarder, count } = await setup(t, { forwarded: true });

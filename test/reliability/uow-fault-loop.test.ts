@@ -289,14 +289,29 @@ void t.test('every unit of work ends, whatever cuts its connection', async (t) =
     const reserving = Array.from({ length: POOL_MAX }, () =>
       k.app.db.reservations.reserve(BOUND_MS),
     );
+    // The driver's connection of each, to hand back only one still open:
+    // postgres.js would put a closed one back in the pool, and the next
+    // statement on it throws outside any promise (platform/pg/uow-faults.test.ts).
+    const connections = new Map<postgres.ReservedSql, { reserved?: unknown }>();
     const probe = await within(
-      Promise.all(reserving.map(async (p) => (await p)`select 1 as one`)),
+      Promise.all(
+        reserving.map(async (p) => {
+          const r = await p;
+          return r.unsafe('select 1 as one', [], {
+            onexecute: (connection: { reserved?: unknown }) => {
+              connections.set(r, connection);
+              return true;
+            },
+          } as postgres.UnsafeQueryOptions);
+        }),
+      ),
       BOUND_MS,
     ).catch((err: unknown) => err);
     for (const p of reserving) {
       void p.then(
         (r) => {
-          r.release();
+          const connection = connections.get(r);
+          if (connection === undefined || connection.reserved) r.release();
         },
         () => undefined,
       );

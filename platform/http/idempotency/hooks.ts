@@ -291,6 +291,7 @@ export function keyedHooks(
         const pristineBody: unknown = structuredClone(req.body);
         const baseHeaders = { ...reply.getHeaders() };
         const guard: Guard = { active: false };
+        let attempts = 0;
         const decision = await runAttempt(
           {
             store,
@@ -305,11 +306,13 @@ export function keyedHooks(
             now: () => clock.now(),
             oneTimeSecret: route.oneTimeSecret,
             prepare: () => {
-              // A fresh attempt: nothing of an earlier one survives.
+              reply.code(200);
+              // The first attempt has the request as it came; a retry
+              // keeps nothing of an earlier attempt.
+              if (attempts++ === 0) return;
               for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
               for (const [name, value] of Object.entries(baseHeaders))
                 if (value !== undefined) reply.header(name, value);
-              reply.code(200);
               req.body = structuredClone(pristineBody);
               clearOneTimeSecret();
             },

@@ -10,7 +10,7 @@ import { ManualClock } from '../../../kernel/clock/index.js';
 import { problem } from '../../../kernel/errs/index.js';
 import { newId, type Id } from '../../../kernel/ids/index.js';
 import { InMemoryIdempotencyStore } from '../../../kernel/idempotency/in-memory.js';
-import { markOneTimeSecret } from '../../../kernel/idempotency/index.js';
+import { markOneTimeSecret, oneTimeSecretMarked } from '../../../kernel/idempotency/index.js';
 import { InMemoryMetrics } from '../../../kernel/metrics/index.js';
 import { InMemoryUnitOfWork } from '../../../kernel/txn/in-memory.js';
 import { createLogger } from '../../log/index.js';
@@ -705,6 +705,68 @@ void t.test(
       ],
       'true',
     );
+  },
+);
+
+void t.test(
+  'a retried attempt starts from the request as it came: body, headers, status and the one-time-secret marker of the first are gone',
+  async (t) => {
+    const deadlock = Object.assign(new Error('deadlock detected'), { code: '40P01' });
+    const seen: unknown[] = [];
+    const k = await kit(t, {
+      faultHook: ({ attempt }) => (attempt === 1 ? deadlock : undefined),
+      routes: (kit) => {
+        kit.app.post(
+          '/api/v1/mutating',
+          {
+            config: { idempotent: true },
+            schema: {
+              operationId: 'mutating',
+              body: Type.Object({ n: Type.Integer(), tags: Type.Array(Type.String()) }),
+            },
+          },
+          async (req, reply) => {
+            kit.calls.n++;
+            seen.push({
+              body: structuredClone(req.body),
+              header: reply.getHeader('x-first-attempt'),
+              status: reply.statusCode,
+              secret: oneTimeSecretMarked(),
+            });
+            await kit.effect(`mutating ${String(req.body.n)}`);
+            // Everything an attempt can leave behind.
+            req.body.n += 100;
+            req.body.tags.push('changed');
+            reply.header('x-first-attempt', 'left behind');
+            reply.code(202);
+            if (kit.calls.n === 1) markOneTimeSecret();
+            return { n: req.body.n, tags: req.body.tags };
+          },
+        );
+      },
+    });
+    const res = await post(
+      k.app,
+      '/api/v1/mutating',
+      { n: 1, tags: ['a'] },
+      { 'idempotency-key': KEY },
+    );
+    t.equal(res.statusCode, 202);
+    t.same(res.json(), { n: 101, tags: ['a', 'changed'] }, 'the answer of the second attempt');
+    t.equal(res.headers['x-first-attempt'], undefined, 'a header set by the handler is not kept');
+    t.same(seen, [
+      { body: { n: 1, tags: ['a'] }, header: undefined, status: 200, secret: false },
+      { body: { n: 1, tags: ['a'] }, header: undefined, status: 200, secret: false },
+    ]);
+    t.same(k.effects, ['mutating 1'], 'one effect');
+    const again = await post(
+      k.app,
+      '/api/v1/mutating',
+      { n: 1, tags: ['a'] },
+      { 'idempotency-key': KEY },
+    );
+    t.equal(again.headers['idempotent-replay'], 'true', 'stored: the marker did not survive');
+    t.same(again.json(), { n: 101, tags: ['a', 'changed'] });
   },
 );
 
