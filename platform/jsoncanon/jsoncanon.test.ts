@@ -212,3 +212,22 @@ void t.test('a number a double reads as another whole number is found on its tex
   });
   t.end();
 });
+
+void t.test(
+  'a number with a megabyte of zeros is judged at once: the work grows with its length, not its square',
+  { timeout: 10_000 },
+  (t) => {
+    // Quadratic in the run of zeros, this took 97 s for 320 KB on two
+    // cores; any body up to the default 1mb limit must not hold the loop.
+    const zeros = '0'.repeat(1_000_000);
+    const started = Date.now();
+    const fraction = parseJsonStrict(`{"a":1.${zeros}1}`);
+    t.match(fraction, { ok: false, reason: 'inexact_number', path: ['a'] });
+    const whole = parseJsonStrict(`{"a":1${zeros.slice(0, 300)}.${zeros}}`);
+    t.match(whole, { ok: false, reason: 'inexact_number' });
+    t.ok(readsAsAnotherInteger(`1.${zeros}1`));
+    t.notOk(readsAsAnotherInteger(`150.${zeros}`), 'a zero fraction, however long, is exact');
+    t.comment(`judged in ${String(Date.now() - started)} ms`);
+    t.end();
+  },
+);
