@@ -61,6 +61,7 @@ function figures(
     cleanup: {
       rows: 1_000_000,
       aloneRowsPerSecond: v('cleanup', 310_000),
+      bareDeleteRowsPerSecond: 350_000,
       underLoadRowsPerSecond: 90_000,
     },
   };
@@ -77,7 +78,7 @@ void t.test('targets are judged from the ratios, at their thresholds', (t) => {
       ['keyed at 1M keys / at 0 keys', true],
       ['ours / peer keyed throughput', true],
       ['keyed p99 during cleanup / without', true],
-      ['cleanup alone, rows/s', true],
+      ['cleanup alone / bare batched DELETE of the same rows', true],
       ['effects per burst of identical requests (all bursts)', true],
       ['in-process ceiling / physical limit, unkeyed', true],
     ],
@@ -95,7 +96,7 @@ void t.test('targets are judged from the ratios, at their thresholds', (t) => {
         replay: 4400,
         keyed_1m: 700,
         during_p99: 30,
-        cleanup: 299_999,
+        cleanup: 279_999,
         peer: 1000,
         limit_unkeyed: 3000,
       },
@@ -137,7 +138,8 @@ void t.test('the report and the table align their columns and mark misses', (t) 
   t.match(text, /unkeyed HTTP \/ in-process ceiling\s+0\.83\s+>= 0\.8\s+met/);
   t.match(text, /pg writes\/req/, 'the writes to PostgreSQL per request are a column');
   t.match(text, /\s4\.5\s/);
-  t.match(text, /cleanup alone, rows\/s\s+310000\s+>= 300000\s+met/);
+  t.match(text, /cleanup alone \/ bare batched DELETE of the same rows\s+0\.89\s+>= 0\.8\s+met/);
+  t.match(text, /bare batched DELETE 350000 rows\/s/);
   t.match(text, /effects per burst: 1; answers: 201 3, 201 replay 189/);
   t.end();
 });
