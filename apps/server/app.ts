@@ -174,6 +174,9 @@ export async function buildApp(deps: AppDeps): Promise<App> {
         ? 0
         : config.database.statement_timeout + config.database.connect_timeout + STALL_GRACE_MS,
   });
+  // Until the database confirms the sessions' timeouts, every BEGIN sends
+  // them; a database down at start leaves them unconfirmed (the safe side).
+  void db.confirmSessionTimeouts();
   const uow = new PgUnitOfWork(db, {
     ...unitOfWorkSettings(config.database),
     ...(deps.faultHook === undefined ? {} : { faultHook: deps.faultHook }),

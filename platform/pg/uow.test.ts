@@ -485,7 +485,13 @@ void t.test(
   async (t) => {
     const { tdb } = await setup(t);
     const own = { lockTimeoutMs: 1234, statementTimeoutMs: 4567, transactionTimeoutMs: 8910 };
-    for (const preset of [true, false]) {
+    // The URL's parameters win over the startup options (postgres.js), as a
+    // pooler that drops startup parameters would: confirmed, never assumed.
+    for (const [preset, query] of [
+      [true, ''],
+      [false, ''],
+      [false, '?lock_timeout=0&statement_timeout=0&transaction_timeout=0'],
+    ] as const) {
       let sent = Buffer.alloc(0);
       const url = new URL(tdb.appUrl);
       const forwarder = await startForwarder(Number(url.port), {
@@ -495,13 +501,14 @@ void t.test(
       });
       t.teardown(() => forwarder.close());
       url.port = String(forwarder.port);
-      const pool = createSql(url.toString(), {
+      const pool = createSql(`${url.toString()}${query}`, {
         max: 1,
         applicationName: 'uow-preset',
-        ...(preset ? { session: own } : {}),
+        ...(preset || query !== '' ? { session: own } : {}),
       });
       t.teardown(() => pool.end({ timeout: 1 }));
       const db = new PgDatabase(pool);
+      t.equal(await db.confirmSessionTimeouts(), preset, `confirmed ${String(preset)}${query}`);
       const uow = new PgUnitOfWork(db, { ...own, retryMax: 0 });
       const read = () =>
         uow.run(async () => {

@@ -181,6 +181,7 @@ export class PgDatabase {
   readonly reservations: Reservations;
   /** @internal the timeouts the pool's sessions start with, if it was made with them. */
   readonly sessionTimeouts: SessionTimeouts | undefined;
+  #sessionTimeoutsConfirmed = false;
 
   /**
    * @param pool the application role's pool; its results are checked ({@link checkedResult}).
@@ -291,6 +292,39 @@ export class PgDatabase {
     if (committed !== undefined) frame.onCommit.push(committed);
   }
 
+  /**
+   * Reads the timeouts a session of the pool really starts with and
+   * compares them with those the pool was made with (createSql's `session`
+   * option): parameters of the URL override startup options, and a pooler
+   * may drop them. Only once they are confirmed does a unit of work whose
+   * timeouts are the same skip sending them with each BEGIN. Never throws:
+   * a failed read leaves them unconfirmed, so every BEGIN sends them.
+   *
+   * @returns whether they are confirmed.
+   */
+  async confirmSessionTimeouts(): Promise<boolean> {
+    const want = this.sessionTimeouts;
+    if (want === undefined) return false;
+    try {
+      const rows = await this.pool<{ name: string; setting: string }[]>`
+        select name, setting from pg_settings
+         where name in ('lock_timeout', 'statement_timeout', 'transaction_timeout')`;
+      const got = new Map(rows.map((r) => [r.name, Number(r.setting)]));
+      this.#sessionTimeoutsConfirmed =
+        got.get('lock_timeout') === want.lockTimeoutMs &&
+        got.get('statement_timeout') === want.statementTimeoutMs &&
+        got.get('transaction_timeout') === want.transactionTimeoutMs;
+    } catch {
+      this.#sessionTimeoutsConfirmed = false;
+    }
+    return this.#sessionTimeoutsConfirmed;
+  }
+
+  /** @internal whether {@link confirmSessionTimeouts} found them as made. */
+  get sessionTimeoutsConfirmed(): boolean {
+    return this.#sessionTimeoutsConfirmed;
+  }
+
   /** Whether {@link close} has begun. */
   get closing(): boolean {
     return this.#closing;
@@ -342,10 +376,11 @@ function endSessionOf(pool: Sql, query: unknown, madeAt: Date): void {
 export class PgUnitOfWork implements UnitOfWork {
   private readonly settings: readonly [string, string, string];
   /**
-   * The pool's sessions start with these very timeouts (createSql's
-   * `session` option): BEGIN is sent without them. SET LOCAL never outlives
-   * its transaction, so a session's values are its startup ones when each
-   * transaction begins.
+   * The pool was made with these very timeouts as its sessions' defaults
+   * (createSql's `session` option); once the database confirms them
+   * ({@link PgDatabase.confirmSessionTimeouts}), BEGIN is sent without
+   * them. SET LOCAL never outlives its transaction, so a session's values
+   * are its startup ones when each transaction begins.
    */
   private readonly preset: boolean;
 
@@ -407,14 +442,15 @@ export class PgUnitOfWork implements UnitOfWork {
         const scope = newScope();
         const tx = txn.client(scope);
         // Sent without waiting, with BEGIN and fn's first statement in one write.
-        const configured: Promise<Settled<unknown>> = this.preset
-          ? Promise.resolve({ ok: true, value: null })
-          : settle(
-              tx`
+        const configured: Promise<Settled<unknown>> =
+          this.preset && this.db.sessionTimeoutsConfirmed
+            ? Promise.resolve({ ok: true, value: null })
+            : settle(
+                tx`
                 select set_config('lock_timeout', ${this.settings[0]}, true),
                        set_config('statement_timeout', ${this.settings[1]}, true),
                        set_config('transaction_timeout', ${this.settings[2]}, true)`.execute(),
-            );
+              );
         const frame: Frame = {
           tx,
           txn,

@@ -326,6 +326,7 @@ async function main(): Promise<void> {
             ? 0
             : config.database.statement_timeout + config.database.connect_timeout + STALL_GRACE_MS,
       });
+      await ceilingDb.confirmSessionTimeouts();
       const ceilingUow = new PgUnitOfWork(ceilingDb, unitOfWorkSettings(config.database));
       const deps = { db: ceilingDb, uow: ceilingUow, clock: systemClock };
       // The token cache and its listener, as the server has them.
