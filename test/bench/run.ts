@@ -106,6 +106,9 @@ if (process.version !== `v${PINNED_NODE}`) {
   log(`warning: running on Node.js ${process.version}, not the pinned v${PINNED_NODE}`);
 }
 const wanted = (id: string): boolean => ONLY.size === 0 || ONLY.has(id);
+/** The realistic spread's principals and their accounts (10 each). */
+const SPREAD_PRINCIPALS = 1_000;
+const SPREAD_ACCOUNTS = 10_000;
 const BURST_SIZE = 64;
 /** The longest window measured while the cleanup runs. */
 const DURING_CAP_SECONDS = 600;
@@ -432,6 +435,65 @@ async function main(): Promise<void> {
     }
     if (wanted('keyed')) {
       scenarios.push(await run('keyed', 'keyed, fresh key', keyed, ours, serverPid));
+    }
+
+    // The realistic spread: 1,000 principals of 10 accounts each, every
+    // request one principal's transfer between two of its own accounts
+    // (the single principal over few accounts above is the worst case).
+    if (wanted('spread_unkeyed') || wanted('spread_keyed')) {
+      const started = performance.now();
+      const spread: { headers: Record<string, string>; accounts: string[] }[] = [];
+      for (let i = 0; i < SPREAD_PRINCIPALS; i++) {
+        const made = await createPrincipalWithToken(
+          { db, uow, clock: systemClock },
+          { displayName: `Benchmark ${String(i)}` },
+        );
+        const own = (
+          await owner<{ id: string }[]>`
+            insert into ledger_accounts
+                   (id, principal_id, name, opening_balance, balance, version, created_at, updated_at)
+            select uuidv7(), ${made.principalId}, 'spread ' || n, ${OPENING}, ${OPENING}, 1, now(), now()
+              from generate_series(1, ${SPREAD_ACCOUNTS / SPREAD_PRINCIPALS}) n
+            returning id`
+        ).map((r) => r.id);
+        spread.push({
+          headers: { authorization: `Bearer ${made.token}`, 'content-type': 'application/json' },
+          accounts: own,
+        });
+      }
+      await owner`vacuum analyze`;
+      log(
+        `spread: ${String(SPREAD_PRINCIPALS)} principals, ${String(SPREAD_ACCOUNTS)} accounts in ${((performance.now() - started) / 1000).toFixed(1)} s`,
+      );
+      const spreadRequest = (withKey: boolean) => (): LoadRequest => {
+        const p = pick(spread);
+        return {
+          headers: withKey ? { ...p.headers, 'idempotency-key': newId() } : p.headers,
+          body: transferBody(p.accounts),
+        };
+      };
+      if (wanted('spread_unkeyed')) {
+        scenarios.push(
+          await run(
+            'spread_unkeyed',
+            `unkeyed, ${String(SPREAD_PRINCIPALS)} principals`,
+            spreadRequest(false),
+            ours,
+            serverPid,
+          ),
+        );
+      }
+      if (wanted('spread_keyed')) {
+        scenarios.push(
+          await run(
+            'spread_keyed',
+            `keyed, ${String(SPREAD_PRINCIPALS)} principals`,
+            spreadRequest(true),
+            ours,
+            serverPid,
+          ),
+        );
+      }
     }
 
     // Replays: completed keys made through the API, then replayed at random;
