@@ -120,6 +120,13 @@ export interface Intent {
   /** What the last unsuccessful attempt met, e.g. `503 service_unavailable` or `ECONNREFUSED`. */
   readonly lastError: string | null;
   /**
+   * Whether the last attempt's answer was unmarked: a 2xx or a status the
+   * server stores, without `Idempotent-Replay`, so not known to be the
+   * key's answer, and repeated once. A second unmarked answer in a row is
+   * an unknown outcome. False for a new intent and after any other retry.
+   */
+  readonly unmarkedAnswer: boolean;
+  /**
    * The final answer, for `done` and for `failed` with key_reuse,
    * unexpected_answer or outcome_unknown.
    */
@@ -349,7 +356,7 @@ export class Outbox {
 
   /**
    * Opens (or creates) an outbox file and takes its lock; a file of schema
-   * version 1 or 2 is migrated to version 3 in one transaction.
+   * version 1, 2 or 3 is migrated to version 4 in one transaction.
    *
    * @param file the file's path; a new file is created (its folder must
    *   exist) unless `options.create` is false.
@@ -359,8 +366,8 @@ export class Outbox {
    * @throws OutboxDamagedError when a page read while opening is damaged.
    * @throws OutboxOpenError when the file cannot be opened, is not a SQLite
    *   database, holds other tables, was written by a newer client, or is of
-   *   schema version 1 or 2 and its migration to version 3 failed (it is left as
-   *   it was); when it is `:memory:` or a `file:` URI, or its journal mode does not become WAL
+   *   an older schema version and its migration to version 4 failed (it is
+   *   left as it was); when it is `:memory:` or a `file:` URI, or its journal mode does not become WAL
    *   (an in-memory or temporary database); when `options.create` is false
    *   and the file is missing or empty.
    */
@@ -664,15 +671,23 @@ export class Outbox {
    * @param attempts the attempts made so far, this one included.
    * @param nextAttemptAt when to try again, in milliseconds since the epoch.
    * @param error what the attempt met.
+   * @param options `unmarked`: the answer was a 2xx or a stored status
+   *   without `Idempotent-Replay` ({@link Intent.unmarkedAnswer}); default false.
    * @throws OutboxError when no pending intent has that number.
    */
-  recordRetry(seq: number, attempts: number, nextAttemptAt: number, error: string): void {
+  recordRetry(
+    seq: number,
+    attempts: number,
+    nextAttemptAt: number,
+    error: string,
+    options: { readonly unmarked?: boolean } = {},
+  ): void {
     this.update(
       seq,
-      `update intents set attempts = ?, next_attempt_at = ?, last_error = ?,
+      `update intents set attempts = ?, next_attempt_at = ?, last_error = ?, unmarked = ?,
               attempt_started_at = null
         where seq = ? and state = 'pending'`,
-      [attempts, nextAttemptAt, error, seq],
+      [attempts, nextAttemptAt, error, options.unmarked === true ? 1 : 0, seq],
     );
   }
 
@@ -948,6 +963,7 @@ export class Outbox {
       attemptStartedAt: row['attempt_started_at'] === null ? null : int('attempt_started_at'),
       serverAnchor: row['server_anchor'] === null ? null : int('server_anchor'),
       lastError: row['last_error'] === null ? null : text('last_error'),
+      unmarkedAnswer: int('unmarked') === 1,
       answer,
       finishedAt: row['finished_at'] === null ? null : int('finished_at'),
       reportedAt: row['reported_at'] === null ? null : int('reported_at'),

@@ -228,11 +228,7 @@ interface WireAnswer extends RecordedAnswer {
   readonly code: string | undefined;
 }
 
-/**
- * How the last error of an intent starts when its answer was unmarked (a
- * 2xx or a stored status without `Idempotent-Replay`): the next unmarked
- * answer in a row is `outcome_unknown`.
- */
+/** How the last error of an intent whose answer was unmarked starts, for people reading it. */
 const UNMARKED = 'unmarked answer: ';
 
 /**
@@ -739,9 +735,9 @@ export class Sender {
     this.observeServer(answer.serverTime, state);
     this.observeLifetime(answer.keyLifetimeMs);
     const now = this.clock();
-    // The last error read before this attempt: an unmarked answer then
-    // makes a second one in a row (M2, M3).
-    const previousUnmarked = intent.lastError?.startsWith(UNMARKED) === true;
+    // The intent as read before this attempt: an unmarked answer then
+    // makes this one the second in a row.
+    const previousUnmarked = intent.unmarkedAnswer;
     // Any attempt counted before this one may have reached the server (its
     // bytes may have left), whatever it met after.
     const mayHaveReached = intent.attempts > 0;
@@ -803,6 +799,7 @@ export class Sender {
           attempt,
           `${UNMARKED}${cls.reason} without Idempotent-Replay, not the key's answer: repeated once with the same key`,
           undefined,
+          true,
         );
         return undefined;
       case 'retry':
@@ -822,9 +819,10 @@ export class Sender {
     attempt: number,
     error: string,
     retryAfterMs: number | undefined,
+    unmarked = false,
   ): void {
     const wait = backoffDelay(attempt, this.options.backoff, this.random, retryAfterMs);
-    this.options.outbox.recordRetry(intent.seq, attempt, this.clock() + wait, error);
+    this.options.outbox.recordRetry(intent.seq, attempt, this.clock() + wait, error, { unmarked });
     this.emit({
       type: 'retry',
       key: intent.key,
