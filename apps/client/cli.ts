@@ -8,8 +8,13 @@
  * error (JSON lines with `--json`).
  */
 import { parseArgs } from 'node:util';
-import canonicalize from 'canonicalize';
-import { accountIntent, transferIntent } from './client.js';
+import {
+  EqualIntentError,
+  LedgerClient,
+  accountIntent,
+  intentVerdict,
+  transferIntent,
+} from './client.js';
 import {
   IntentConflictError,
   Outbox,
@@ -17,9 +22,8 @@ import {
   checkKey,
   type Intent,
   type IntentState,
-  type NewIntent,
 } from './outbox.js';
-import { Sender, type DrainReport, type StopReason } from './sender.js';
+import type { DrainReport, SenderOptions, StopReason } from './sender.js';
 import {
   eventJson,
   intentJson,
@@ -544,30 +548,6 @@ function written(out: Output, text: string): Promise<Error | undefined> {
   });
 }
 
-/**
- * An intent that would send the same request as a new one (same operation,
- * method, path and body, compared in RFC 8785 form, as stored) and whose
- * result no command printed yet: pending, or settled but not reported (its
- * process was killed after recording the answer, before printing it).
- *
- * @param outbox the outbox.
- * @param wanted the intent about to be stated.
- * @returns the first such intent, or undefined.
- */
-function unreportedEqual(outbox: Outbox, wanted: NewIntent): Intent | undefined {
-  const body = wanted.body === undefined ? null : (canonicalize(wanted.body) ?? null);
-  return outbox
-    .list()
-    .find(
-      (i) =>
-        (i.state === 'pending' || i.reportedAt === null) &&
-        i.operation === wanted.operation &&
-        i.method === wanted.method &&
-        i.path === wanted.path &&
-        i.body === body,
-    );
-}
-
 function stopExit(stoppedBy: StopReason): number {
   switch (stoppedBy) {
     case 'unauthenticated':
@@ -583,18 +563,20 @@ function stopExit(stoppedBy: StopReason): number {
 }
 
 function intentExit(intent: Intent, stoppedBy: StopReason | undefined): number {
-  if (intent.state === 'pending') return stopExit(stoppedBy ?? 'deadline');
-  if (intent.state === 'failed') return EXIT.failed;
-  const status = intent.answer?.status ?? 0;
-  if (status >= 200 && status < 300) return EXIT.ok;
-  // Refused by the server only when the refusal is the key's marked answer
-  // (M3); an unmarked one recorded by an older client is not known to be.
-  return intent.answer?.marked === true ? EXIT.rejected : EXIT.failed;
+  switch (intentVerdict(intent)) {
+    case 'pending':
+      return stopExit(stoppedBy ?? 'deadline');
+    case 'ok':
+      return EXIT.ok;
+    case 'rejected':
+      return EXIT.rejected;
+    case 'failed':
+      return EXIT.failed;
+  }
 }
 
-function makeSender(outbox: Outbox, s: SendSettings, out: Output): Sender {
-  return new Sender({
-    outbox,
+function senderOptions(s: SendSettings, out: Output): Omit<SenderOptions, 'outbox'> {
+  return {
     baseUrl: s.baseUrl,
     token: s.token,
     ...(s.keyTtlMs === undefined ? {} : { keyTtlMs: s.keyTtlMs }),
@@ -614,7 +596,7 @@ function makeSender(outbox: Outbox, s: SendSettings, out: Output): Sender {
           : `client: warning: ${detail}\n`,
       );
     },
-  });
+  };
 }
 
 /**
@@ -667,44 +649,15 @@ async function run(
   out: Output,
   signal: AbortSignal | undefined,
 ): Promise<number> {
-  const { settings } = command;
-  const print = (value: unknown): void => {
-    out.stdout.write(`${JSON.stringify(value)}\n`);
-  };
-  // A listing reads an outbox; it never makes one (a mistyped path would
-  // list a new, empty outbox and leave the file behind).
-  const outbox = Outbox.open(settings.outbox, { create: command.kind !== 'outbox-list' });
+  if (command.kind === 'outbox-list') return list(command, out);
+  const s = command.settings;
+  const client = LedgerClient.open({ file: s.outbox, ...senderOptions(s, out) });
   try {
-    if (command.kind === 'outbox-list') {
-      // A listing reads every row; the check reads every page, indexes
-      // included, so it finds the damage a drain would meet in them.
-      outbox.check();
-      const intents = outbox.list(command.state === undefined ? {} : { state: command.state });
-      if (settings.json) {
-        print({
-          command: 'outbox list',
-          outbox: outbox.file,
-          principal_id: outbox.principal() ?? null,
-          intents: intents.map(intentJson),
-        });
-      } else if (intents.length === 0) {
-        out.stdout.write(
-          command.state === undefined
-            ? 'the outbox is empty\n'
-            : `no ${command.state} intent in the outbox\n`,
-        );
-      } else {
-        for (const intent of intents) out.stdout.write(`${listLine(intent)}\n`);
-      }
-      return EXIT.ok;
-    }
-    const s = command.settings;
-    const sender = makeSender(outbox, s, out);
     const deadline = Date.now() + s.waitMs;
     const drainOptions = signal === undefined ? { deadline } : { deadline, signal };
     if (command.kind === 'outbox-drain') {
-      const report = await sender.drain(drainOptions);
-      return drainResult(report, s, out, print);
+      const report = await client.drain(drainOptions);
+      return drainResult(report, s, out);
     }
     const wanted =
       command.kind === 'transfer'
@@ -720,67 +673,18 @@ async function run(
             command.key === undefined ? {} : { key: command.key },
           );
     // The same command run again after it was left pending (exit 75, 5,
-    // 130, a kill) would state a second intent under a new key: the money
-    // would move twice (review). Without --key, an equal pending intent is
-    // delivered by a drain, not stated again, unless --again says so.
-    // Settled but never reported (M1): the process was killed after it
-    // recorded the answer and before it printed it, or a drain or a library
-    // caller settled it; the caller reruns the command, and a new intent
-    // would move the money again. It is refused like a pending one (F3).
-    const printResult = async (
-      intent: Intent,
-      created: boolean,
-      report: DrainReport | undefined,
-    ): Promise<number> => {
-      const code = intentExit(intent, report?.stoppedBy);
-      let text: string;
-      if (s.json) {
-        text = `${JSON.stringify({
-          command: command.kind === 'transfer' ? 'transfer' : 'accounts create',
-          exit_code: code,
-          created,
-          stopped_by: report?.stoppedBy ?? null,
-          halt: report?.halt ?? null,
-          pending: outbox.pendingCount(),
-          intent: intentJson(intent),
-          settled: (report?.settled ?? []).filter((i) => i.key !== intent.key).map(intentJson),
-        })}\n`;
-      } else {
-        text = `${resultLine(intent, !created)}\n`;
-      }
-      // Once the text has left, not when the write was called (F5): a
-      // kill before the bytes leave a pipe leaves the intent unreported.
-      const error = await written(out, text);
-      if (!s.json && report?.halt !== undefined) out.stderr.write(`client: ${report.halt}\n`);
-      if (error !== undefined) {
-        out.stderr.write(
-          `client: the result of ${intent.key} could not be written to standard output (${error.message}): it is not marked reported\n`,
-        );
-        return EXIT.output;
-      }
-      if (intent.state !== 'pending') outbox.markReported(intent.seq, Date.now());
-      return code;
-    };
-    if (command.key === undefined && !command.again) {
-      const equal = unreportedEqual(outbox, wanted);
-      if (equal?.state === 'pending') {
-        out.stderr.write(
-          `client: a ${equal.operation} equal to this one is pending under key ${equal.key}: run "client outbox drain" to deliver it (or repeat with --key ${equal.key}); --again states a second one\n`,
-        );
-        return EXIT.failed;
-      }
-      if (equal !== undefined) {
-        // Refused like a pending one (F3): it may have been settled by a
-        // drain or a library caller, and this command did not state it, so
-        // its answer is not this command's to print, nor its exit 0.
-        const failure = equal.failure === null ? '' : ` (${equal.failure})`;
-        out.stderr.write(
-          `client: a ${equal.operation} equal to this one was stated under key ${equal.key} and is ${equal.state}${failure}, but its result was never printed: the same command with --key ${equal.key} prints its answer, sending nothing; --again states a second one\n`,
-        );
-        return EXIT.failed;
-      }
+    // 130, a kill), or after its answer was recorded but never printed,
+    // would state a second intent under a new key and move the money
+    // twice: the library refuses it (EqualIntentError) unless --key names
+    // the intent or --again says a second one is meant.
+    let stated: { intent: Intent; created: boolean };
+    try {
+      stated = client.state(wanted, { again: command.again });
+    } catch (err) {
+      if (!(err instanceof EqualIntentError)) throw err;
+      out.stderr.write(`client: ${equalMessage(err.intent)}\n`);
+      return EXIT.failed;
     }
-    const stated = outbox.enqueue(wanted);
     if (s.json) {
       out.stderr.write(
         `${JSON.stringify({ event: 'stated', created: stated.created, intent: intentJson(stated.intent) })}\n`,
@@ -788,35 +692,100 @@ async function run(
     } else if (stated.created) {
       out.stderr.write(`stated ${stated.intent.operation} ${stated.intent.key}\n`);
     }
-    let report: DrainReport | undefined;
-    if (stated.intent.state === 'pending') {
-      report = await sender.drain({ ...drainOptions, target: stated.intent.key });
+    const { intent, report } = await client.settle(stated.intent, drainOptions);
+    const code = intentExit(intent, report?.stoppedBy);
+    const text = s.json
+      ? `${JSON.stringify({
+          command: command.kind === 'transfer' ? 'transfer' : 'accounts create',
+          exit_code: code,
+          created: stated.created,
+          stopped_by: report?.stoppedBy ?? null,
+          halt: report?.halt ?? null,
+          pending: client.outbox.pendingCount(),
+          intent: intentJson(intent),
+          settled: (report?.settled ?? []).filter((i) => i.key !== intent.key).map(intentJson),
+        })}\n`
+      : `${resultLine(intent, !stated.created)}\n`;
+    // Marked reported once the text has left, not when the write was
+    // called: a kill before the bytes leave a pipe leaves it unreported.
+    const error = await written(out, text);
+    if (!s.json && report?.halt !== undefined) out.stderr.write(`client: ${report.halt}\n`);
+    if (error !== undefined) {
+      out.stderr.write(
+        `client: the result of ${intent.key} could not be written to standard output (${error.message}): it is not marked reported\n`,
+      );
+      return EXIT.output;
     }
-    const intent = outbox.get(stated.intent.key) ?? stated.intent;
-    return await printResult(intent, stated.created, report);
+    client.report(intent);
+    return code;
+  } finally {
+    client.close();
+  }
+}
+
+/**
+ * The refusal of an intent equal to one never reported, in the words of
+ * the command line: what to run instead.
+ */
+function equalMessage(equal: Intent): string {
+  if (equal.state === 'pending') {
+    return `a ${equal.operation} equal to this one is pending under key ${equal.key}: run "client outbox drain" to deliver it (or repeat with --key ${equal.key}); --again states a second one`;
+  }
+  // Settled by a drain, a library caller or a command killed before it
+  // printed: its answer is not this command's to print, nor its exit 0.
+  const failure = equal.failure === null ? '' : ` (${equal.failure})`;
+  return `a ${equal.operation} equal to this one was stated under key ${equal.key} and is ${equal.state}${failure}, but its result was never printed: the same command with --key ${equal.key} prints its answer, sending nothing; --again states a second one`;
+}
+
+function list(command: Extract<Command, { kind: 'outbox-list' }>, out: Output): number {
+  const { settings } = command;
+  // A listing reads an outbox; it never makes one (a mistyped path would
+  // list a new, empty outbox and leave the file behind).
+  const outbox = Outbox.open(settings.outbox, { create: false });
+  try {
+    // A listing reads every row; the check reads every page, indexes
+    // included, so it finds the damage a drain would meet in them.
+    outbox.check();
+    const intents = outbox.list(command.state === undefined ? {} : { state: command.state });
+    if (settings.json) {
+      out.stdout.write(
+        `${JSON.stringify({
+          command: 'outbox list',
+          outbox: outbox.file,
+          principal_id: outbox.principal() ?? null,
+          intents: intents.map(intentJson),
+        })}\n`,
+      );
+    } else if (intents.length === 0) {
+      out.stdout.write(
+        command.state === undefined
+          ? 'the outbox is empty\n'
+          : `no ${command.state} intent in the outbox\n`,
+      );
+    } else {
+      for (const intent of intents) out.stdout.write(`${listLine(intent)}\n`);
+    }
+    return EXIT.ok;
   } finally {
     outbox.close();
   }
 }
 
-function drainResult(
-  report: DrainReport,
-  s: SendSettings,
-  out: Output,
-  print: (value: unknown) => void,
-): number {
+function drainResult(report: DrainReport, s: SendSettings, out: Output): number {
   let code: number = EXIT.ok;
   if (report.stoppedBy !== 'empty') code = stopExit(report.stoppedBy);
   else if (report.settled.some((i) => i.state === 'failed')) code = EXIT.failed;
   if (s.json) {
-    print({
-      command: 'outbox drain',
-      exit_code: code,
-      stopped_by: report.stoppedBy,
-      halt: report.halt ?? null,
-      pending: report.pending,
-      settled: report.settled.map(intentJson),
-    });
+    out.stdout.write(
+      `${JSON.stringify({
+        command: 'outbox drain',
+        exit_code: code,
+        stopped_by: report.stoppedBy,
+        halt: report.halt ?? null,
+        pending: report.pending,
+        settled: report.settled.map(intentJson),
+      })}\n`,
+    );
     return code;
   }
   if (report.settled.length === 0 && report.pending === 0) {

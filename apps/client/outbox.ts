@@ -248,6 +248,19 @@ select * from intents i
       where a.seq = i.seq)`;
 
 /**
+ * The first intent that would send the same request as a new one (same
+ * operation, path, method and body, the body in RFC 8785 form as stored)
+ * and whose result no command printed: pending, or settled and not
+ * reported. Its condition is the partial index `intents_unreported`'s
+ * (outbox-schema.ts), so it reads that index, which holds only such rows.
+ * Parameters: operation, path, method, body (null for none).
+ */
+export const UNREPORTED_EQUAL_SQL = `select * from intents
+ where (state = 'pending' or reported_at is null)
+   and operation = ? and path = ? and method = ? and body is ?
+ order by seq limit 1`;
+
+/**
  * Makes a new key: a UUIDv7 (RFC 9562), 48 bits of milliseconds then random
  * bits, in lower case.
  *
@@ -555,6 +568,25 @@ export class Outbox {
       rollback(db);
       throw err;
     }
+  }
+
+  /**
+   * The first intent equal to a new one whose result was never reported
+   * (see {@link UNREPORTED_EQUAL_SQL}): pending, or settled while no command
+   * printed its result (its process was killed after the answer was
+   * recorded, or a drain or a library caller settled it). Stating the new
+   * one would send the same request again under a new key.
+   *
+   * @param wanted the intent about to be stated.
+   * @returns the intent, or undefined when there is none.
+   * @throws OutboxCorruptError when its row is corrupt.
+   */
+  unreportedEqual(wanted: NewIntent): Intent | undefined {
+    const body = wanted.body === undefined ? null : (canonicalize(wanted.body) ?? null);
+    const row = this.open
+      .prepare(UNREPORTED_EQUAL_SQL)
+      .get(wanted.operation, wanted.path, wanted.method, body);
+    return row === undefined ? undefined : this.parse(row);
   }
 
   /**
