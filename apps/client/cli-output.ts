@@ -243,7 +243,7 @@ export function resultLine(intent: Intent, fromOutbox: boolean): string {
       return `${prefix}: ${String(a.status)}, the key's answer, its body over 1 MiB not kept${replay}${again}`;
     }
     // Checked before it is read: the answer is recorded already, and a body
-    // that is null, not JSON or not an object must not throw now (M3).
+    // that is null, not JSON or not an object must not throw now.
     if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
       return `${prefix}: ${String(a.status)}, its body not the JSON object this API answers (${JSON.stringify(a.body.slice(0, 200))})${replay}${again}`;
     }

@@ -44,7 +44,7 @@ export interface Output {
    * Standard output. `write` calls its callback once the text has left
    * (with an error when it could not), as a Node.js stream does: a result
    * is marked reported only then, since a write to a pipe completes later
-   * and a kill before it loses the text (F5).
+   * and a kill before it loses the text.
    */
   readonly stdout: { write(text: string, done?: (err?: Error | null) => void): unknown };
   /** Standard error, for progress and messages. */

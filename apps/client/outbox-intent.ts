@@ -194,13 +194,13 @@ export const METHODS: readonly string[] = ['POST', 'PUT', 'PATCH', 'DELETE'];
 /**
  * A path that a URL parser reads as naming a host (`//host/...`, and
  * `/\host/...`, as a backslash is a slash in http URLs): sent, the token
- * would go to that host (L5).
+ * would go to that host.
  */
 export const OTHER_HOST = /^\/[/\\]/;
 /**
  * A control character (C0 or DEL): a URL parser drops tab, CR and LF, so
  * `/\t/host/...` reads as `//host/...`, another host, which would get the
- * token (F2); none belongs in a path of this API.
+ * token; none belongs in a path of this API.
  */
 // eslint-disable-next-line no-control-regex
 export const CONTROL = /[\u0000-\u001f\u007f]/;

@@ -217,7 +217,7 @@ void t.test('a version 1 file is migrated on open with its rows unchanged', asyn
       lastError: '503 service_unavailable',
       lanes: ['account:a', 'account:b'],
       // Version 1 did not count an attempt cut off by a crash, so a pending
-      // row may have one behind it (L4).
+      // row may have one behind it.
       attemptStartedAt: 1_000,
       answer: null,
     },
@@ -403,7 +403,7 @@ void t.test('a version 2 file is migrated to version 4 with its rows unchanged',
 });
 
 void t.test(
-  'a version 3 file written before reported_at gets it, its settled rows reported when they settled (F8)',
+  'a version 3 file written before reported_at gets it, its settled rows reported when they settled',
   async (t) => {
     const file = await tempFile(t);
     const db = new DatabaseSync(file);

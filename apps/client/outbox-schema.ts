@@ -99,7 +99,7 @@ const V2_COLUMNS = `${V1_COLUMNS}, marked, attempt_started_at`;
  * whether an answer recorded as no replay carried `Idempotent-Replay:
  * false` was not kept, so its `marked` is null (not known); version 1 did
  * not count an attempt cut off by a crash, so a pending intent may have
- * one behind it: its `attempt_started_at` is its creation time (L4). From either:
+ * one behind it: its `attempt_started_at` is its creation time. From either:
  * the server's time before the first attempt was not kept (null: the age
  * counts on the client's clock alone); an intent settled before is taken as
  * reported when it settled (an older client printed what it settled, and

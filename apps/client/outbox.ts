@@ -216,7 +216,7 @@ export class Outbox {
    *   as the intent's {@link Intent.serverAnchor} when this is its first
    *   attempt (no attempt counted or cut off before) and it has none yet:
    *   a server time seen at a later attempt may be after the server's first
-   *   sight of the key, and would understate its age (F6).
+   *   sight of the key, and would understate its age.
    * @throws OutboxError when no pending intent has that number.
    */
   recordAttempt(seq: number, attempts: number, now: number, serverTime?: number): void {

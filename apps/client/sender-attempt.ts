@@ -55,19 +55,19 @@ export async function attempt(
   const { outbox, ttlMarginMs } = ctx.options;
   const keyTtlMs = ctx.server.keyLifetimeMs();
   // Before the age: while the clocks disagree, neither age can be trusted
-  // to show a key the server still keeps (F1).
+  // to show a key the server still keeps.
   if (ctx.server.hold(intent, state)) return undefined;
   state.attemptedHere.add(intent.seq);
   const started = ctx.clock();
   // From when it was stated, or from the key's own time when that is
   // earlier: a key the caller made and may have sent long before it was
-  // stated here (review). The server counts from its first sight of the
+  // stated here. The server counts from its first sight of the
   // key, which is never before the key was made. Up to the latest time
-  // the outbox has seen, at least (finding 5): a clock stepped back would
+  // the outbox has seen, at least: a clock stepped back would
   // make an old key look young.
   const localAgeMs =
     Math.max(started, outbox.highWater()) - Math.min(intent.createdAt, keyTime(intent.key));
-  // On the server's clock too (H1): a client clock ahead when the intent
+  // On the server's clock too: a client clock ahead when the intent
   // was stated, corrected since, understates the local age; the server's
   // time before the first attempt is never after its first sight of the key.
   const serverNow = ctx.server.serverNow();
@@ -84,10 +84,10 @@ export async function attempt(
     return undefined;
   }
   // Before anything is recorded or sent: a path resolving to another
-  // origin would take the token there (F2).
+  // origin would take the token there.
   ctx.transport.url(intent.path);
   const attempt = intent.attempts + 1;
-  // Counted, durably, before the first byte leaves (finding 6): a crash
+  // Counted, durably, before the first byte leaves: a crash
   // during the attempt leaves the count true, and the count is how a
   // later answer knows an earlier attempt may have reached the server.
   outbox.recordAttempt(
@@ -157,8 +157,8 @@ export async function attempt(
     ctx.emit({ type: 'settled', intent: recorded });
   };
   if (answer.oversize) {
-    // Not read whole (L1), but classified by its status and marker first
-    // (F4): its headers were read. Without the body, a 409 may be
+    // Not read whole, but classified by its status and marker first,
+    // as its headers were read. Without the body, a 409 may be
     // request_in_progress or the key's stored conflict, and a 422 key
     // reuse or a stored refusal; any answer but a retryable status, a
     // 401 or a marked 2xx may hide the committed answer, on a first

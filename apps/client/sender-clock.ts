@@ -26,7 +26,7 @@ export interface DrainState {
   /**
    * The halt's detail when the server's answers carried no readable `Date`
    * while no server time was known: intents with an attempt behind them are
-   * held, since their age cannot be checked on the server's clock (R2).
+   * held, since their age cannot be checked on the server's clock.
    */
   noServerTime?: string;
   /** The intents not sent for it, by sequence number. */
@@ -108,10 +108,10 @@ export class ServerClock {
 
   /**
    * Takes in a server's `Date`: the high-water mark and the server's clock.
-   * A `Date` more than the TTL margin ahead of the local clock is ignored
-   * (M4): one absurd date (a gateway's year 9999) would otherwise raise the
+   * A `Date` more than the TTL margin ahead of the local clock is ignored:
+   * one absurd date (a gateway's year 9999) would otherwise raise the
    * mark for good and expire every intent, new ones too. A `Date` more than
-   * the margin from the local clock, either way, is a disagreement (F1):
+   * the margin from the local clock, either way, is a disagreement:
    * one of the clocks is wrong, and which one is not known, so no intent
    * with an attempt behind it is sent again in this drain.
    */
@@ -136,7 +136,7 @@ export class ServerClock {
    * Whether an intent is held for the clocks: every intent while a server
    * `Date` of this drain disagreed with the local clock (an intent with no
    * attempt in this outbox may still have been sent: a restored copy of
-   * the outbox, or a key the caller sent before, R1); an intent with an
+   * the outbox, or a key the caller sent before); an intent with an
    * attempt behind it (counted, or cut off) from before this drain while no
    * server time is known (its age cannot be checked on the server clock;
    * one attempted in this drain is as old as the drain).

@@ -39,7 +39,7 @@ export interface WireAnswer extends RecordedAnswer {
 /**
  * The largest answer body read, in bytes: no answer of this API comes near
  * it, and a larger one (a gateway's, a misrouted download) is not read
- * whole into memory and the outbox (L1).
+ * whole into memory and the outbox.
  */
 export const MAX_BODY_BYTES = 1024 * 1024;
 

@@ -118,7 +118,7 @@ export class Sender {
     if (outbox.pendingCount() === 0) return report('empty');
     if (signal.aborted) return report('aborted');
     // Every drain, not only the first: it refreshes the server's time
-    // before any intent is sent again (H1).
+    // before any intent is sent again.
     const state: DrainState = { held: new Set(), attemptedHere: new Set() };
     const stop = await this.checkPrincipal(options.deadline, signal, state);
     if (stop !== undefined) return report(stop.reason, stop.detail);
