@@ -12,6 +12,7 @@ import {
   type SendSettings,
 } from './cli-command.js';
 import { checkKey } from './outbox.js';
+import { badPort } from './sender-transport.js';
 
 const OPTIONS = {
   outbox: { type: 'string' },
@@ -288,6 +289,12 @@ function sendSettings(
   if (!isOrigin(baseUrl.text)) {
     throw new UsageError(
       `${baseUrl.name} must be an http or https origin without path, query or fragment, got "${baseUrl.text}"`,
+    );
+  }
+  const refused = badPort(new URL(baseUrl.text));
+  if (refused !== undefined) {
+    throw new UsageError(
+      `${baseUrl.name} is on port ${String(refused)}, one fetch refuses to connect to (a bad port of the Fetch standard), got "${baseUrl.text}": use another port`,
     );
   }
   const token = required('token').text;

@@ -35,7 +35,7 @@ const ID_B = '0190f2a4-1b2c-7d3e-8f40-123456789abd';
 void t.test('flags and environment become settings; flags win', (t) => {
   const env = {
     CLIENT_OUTBOX: '/tmp/env.sqlite',
-    CLIENT_BASE_URL: 'http://127.0.0.1:9',
+    CLIENT_BASE_URL: 'http://127.0.0.1:3999',
     CLIENT_TOKEN: 'env-token',
     CLIENT_KEY_TTL: '12h',
     CLIENT_TIMEOUT: '5s',
@@ -52,7 +52,7 @@ void t.test('flags and environment become settings; flags win', (t) => {
     independent: false,
     settings: {
       outbox: '/tmp/env.sqlite',
-      baseUrl: 'http://127.0.0.1:9',
+      baseUrl: 'http://127.0.0.1:3999',
       token: 'flag-token',
       keyTtlMs: 12 * 3_600_000,
       ttlMarginMs: 3_600_000,
@@ -476,7 +476,7 @@ void t.test(
         env: {
           ...env,
           CLIENT_OUTBOX: path.join(dir, 'o.sqlite'),
-          CLIENT_BASE_URL: 'http://127.0.0.1:9',
+          CLIENT_BASE_URL: 'http://127.0.0.1:3999',
           CLIENT_TOKEN: 't',
         },
         encoding: 'utf8',

@@ -101,6 +101,9 @@ function senderOptions(s: SendSettings, out: Output): Omit<SenderOptions, 'outbo
     concurrency: s.concurrency,
     backoff: { baseMs: s.retryBaseMs, capMs: s.retryCapMs, maxRetryAfterMs: 10 * 60_000 },
     onEvent: (event) => {
+      // A halt is the command's final line on standard error (one line per
+      // error), not a progress line as well.
+      if (!s.json && event.type === 'halted') return;
       out.stderr.write(
         s.json ? `${JSON.stringify(eventJson(event))}\n` : `${progressLine(event)}\n`,
       );
@@ -172,7 +175,9 @@ async function run(
     const deadline = Date.now() + s.waitMs;
     const drainOptions = signal === undefined ? { deadline } : { deadline, signal };
     if (command.kind === 'outbox-drain') {
-      const report = await client.drain(drainOptions);
+      // With nothing pending too: a wrong URL or token shows now, not at
+      // the next write.
+      const report = await client.drain({ ...drainOptions, checkWhenEmpty: true });
       return drainResult(report, s, out);
     }
     const wanted =
@@ -221,7 +226,7 @@ async function run(
           intent: intentJson(intent),
           settled: (report?.settled ?? []).filter((i) => i.key !== intent.key).map(intentJson),
         })}\n`
-      : `${resultLine(intent, !stated.created)}\n`;
+      : `${resultLine(intent, !stated.created, report?.unreached)}\n`;
     // Marked reported once the text has left, not when the write was
     // called: a kill before the bytes leave a pipe leaves it unreported.
     const error = await written(out, text);
@@ -304,7 +309,7 @@ function drainResult(report: DrainReport, s: SendSettings, out: Output): number 
     );
     return code;
   }
-  if (report.settled.length === 0 && report.pending === 0) {
+  if (report.stoppedBy === 'empty' && report.settled.length === 0) {
     out.stdout.write(`nothing pending in outbox ${s.outbox}\n`);
     return code;
   }
@@ -315,7 +320,7 @@ function drainResult(report: DrainReport, s: SendSettings, out: Output): number 
   }
   const failed = report.settled.filter((i) => i.state === 'failed').length;
   out.stdout.write(
-    `${String(report.settled.length)} settled (${String(failed)} failed), ${String(report.pending)} pending${report.pending > 0 ? ': "client outbox drain" sends them later with the same keys' : ''}\n`,
+    `${String(report.settled.length)} settled (${String(failed)} failed), ${String(report.pending)} pending${report.unreached === undefined ? '' : `: the server was not reached: ${report.unreached}`}${report.pending > 0 ? `${report.unreached === undefined ? ':' : ';'} "client outbox drain" sends them later with the same keys` : ''}\n`,
   );
   if (report.halt !== undefined) out.stderr.write(`client: ${report.halt}\n`);
   return code;

@@ -26,7 +26,7 @@ async function tempFile(t: Test): Promise<string> {
 function open(file: string): LedgerClient {
   return LedgerClient.open({
     file,
-    baseUrl: 'http://127.0.0.1:9',
+    baseUrl: 'http://127.0.0.1:3999',
     token: 'tok',
     ttlMarginMs: 3_600_000,
     timeoutMs: 1_000,

@@ -7,7 +7,8 @@
  * opening turned into the outbox's own. Also the reports of an open file:
  * its settings, and `quick_check`.
  */
-import { closeSync, openSync, statSync } from 'node:fs';
+import { accessSync, closeSync, constants, openSync, statSync } from 'node:fs';
+import path from 'node:path';
 import type { DatabaseSync } from 'node:sqlite';
 import {
   OutboxDamagedError,
@@ -73,6 +74,30 @@ export function rollback(db: DatabaseSync): void {
 }
 
 /**
+ * Checks that the outbox's directory may be written in: SQLite keeps the
+ * `-wal` file beside the outbox and makes it when the outbox is opened, so
+ * a file in a read-only place fails there, with SQLite's "attempt to write
+ * a readonly database" or "disk I/O error", which names neither cause nor
+ * cure. A missing directory is left to the open, which names it.
+ *
+ * @param file the outbox's path.
+ * @throws OutboxOpenError naming the directory when it is not writable.
+ */
+function writableDirectory(file: string): void {
+  const dir = path.dirname(path.resolve(file));
+  try {
+    accessSync(dir, constants.W_OK);
+  } catch (err) {
+    const code = (err as { code?: unknown }).code;
+    if (code === 'EACCES' || code === 'EROFS' || code === 'EPERM') {
+      throw new OutboxOpenError(
+        `cannot open outbox ${file}: the directory ${dir} is not writable by this user (SQLite keeps the outbox's -wal file beside it): make it writable, or keep the outbox in a directory that is`,
+      );
+    }
+  }
+}
+
+/**
  * Opens an outbox file, prepared: see {@link Outbox.open}, whose contract
  * this is.
  *
@@ -107,6 +132,7 @@ export function openDatabase(file: string, options: OutboxOptions = {}): Databas
       throw new OutboxOpenError(`cannot open outbox ${file}: it is empty, not an outbox`);
     }
   }
+  if (file !== '') writableDirectory(file);
   // An empty name is SQLite's temporary database, refused below by its
   // journal mode; there is no file to make.
   if (create && file !== '') createPrivate(file);

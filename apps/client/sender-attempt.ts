@@ -9,6 +9,7 @@ import { backoffDelay, classifyAnswer } from './retry.js';
 import type { DrainState, ServerClock } from './sender-clock.js';
 import {
   OVERSIZE_NOTE,
+  answerLine,
   describeError,
   type Transport,
   type WireAnswer,
@@ -201,7 +202,7 @@ export async function attempt(
       outbox.recordRetry(intent.seq, attempt, now, '401 unauthenticated');
       return {
         reason: 'unauthenticated',
-        detail: `${intent.method} ${intent.path} answered 401: the token is not valid (${answer.body})`,
+        detail: `${intent.method} ${intent.path} answered ${answerLine(answer)}; the intent stays pending for a good token`,
       };
   }
 }

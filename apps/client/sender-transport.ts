@@ -140,7 +140,8 @@ export class Transport {
    * @param token the bearer token.
    * @param timeoutMs one request's limit, answer body included.
    * @param fetch the fetch implementation.
-   * @throws RangeError for a base URL that is not an http(s) origin, or an empty token.
+   * @throws RangeError for a base URL that is not an http(s) origin or is
+   *   on a port fetch refuses, or an empty token.
    */
   constructor(
     baseUrl: string,
@@ -163,6 +164,12 @@ export class Transport {
     ) {
       throw new RangeError(
         `baseUrl must be an http or https origin without path, query or fragment, got "${baseUrl}"`,
+      );
+    }
+    const refused = badPort(origin);
+    if (refused !== undefined) {
+      throw new RangeError(
+        `baseUrl's port ${String(refused)} is one fetch refuses to connect to (a bad port of the Fetch standard); use another port`,
       );
     }
     if (token === '') throw new RangeError('token must not be empty');
@@ -238,4 +245,57 @@ export class Transport {
       code: res.status >= 400 ? problemCode(text) : undefined,
     };
   }
+}
+
+/**
+ * The ports fetch refuses to connect to (the Fetch standard's "bad ports",
+ * which Node.js's fetch applies): a request to one fails at once with "bad
+ * port", however often it is repeated, so an origin on one is refused
+ * before anything is stated or sent. A test checks the list against fetch.
+ */
+export const BAD_PORTS: ReadonlySet<number> = new Set([
+  1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102,
+  103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465,
+  512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636, 989, 990, 993,
+  995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667, 6668,
+  6669, 6679, 6697, 10080,
+]);
+
+/**
+ * The port of an http(s) origin when it is one fetch refuses.
+ *
+ * @param origin the parsed origin.
+ * @returns the port, or undefined when fetch connects to it.
+ */
+export function badPort(origin: URL): number | undefined {
+  const port = Number(origin.port === '' ? (origin.protocol === 'https:' ? 443 : 80) : origin.port);
+  return BAD_PORTS.has(port) ? port : undefined;
+}
+
+/**
+ * An answer in one line for a message: its status, and the problem's
+ * `code` and `detail` when the body is a problem, else the start of the
+ * body on one line.
+ *
+ * @param answer the status and the body's text.
+ * @returns e.g. `401 unauthenticated: The bearer token is not valid`
+ */
+export function answerLine(answer: { readonly status: number; readonly body: string }): string {
+  let value: unknown;
+  try {
+    value = JSON.parse(answer.body) as unknown;
+  } catch {
+    value = undefined;
+  }
+  const problem =
+    typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : {};
+  const code = typeof problem['code'] === 'string' ? ` ${problem['code']}` : '';
+  // Without its closing full stop, so the line goes on after it.
+  const detail =
+    typeof problem['detail'] === 'string' ? problem['detail'].replace(/\.$/, '') : undefined;
+  if (code !== '' || detail !== undefined) {
+    return `${String(answer.status)}${code}${detail === undefined ? '' : `: ${detail}`}`;
+  }
+  const text = answer.body.replace(/\s+/g, ' ').trim().slice(0, 200);
+  return `${String(answer.status)}${text === '' ? '' : `: ${text}`}`;
 }

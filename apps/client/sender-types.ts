@@ -127,6 +127,12 @@ export interface DrainReport {
   readonly stoppedBy: StopReason;
   /** For a halt, what the server said. */
   readonly halt?: string;
+  /**
+   * When the drain ended (the deadline, the signal) before the server
+   * answered `GET /api/v1/me`: what the last try met, e.g.
+   * `ECONNREFUSED: connect ECONNREFUSED 127.0.0.1:3000`. Nothing was sent.
+   */
+  readonly unreached?: string;
 }
 
 /** Options of one drain. */
@@ -140,4 +146,10 @@ export interface DrainOptions {
   readonly signal?: AbortSignal;
   /** Stop as soon as the intent with this key reaches a final state. */
   readonly target?: string;
+  /**
+   * Ask `GET /api/v1/me` even when nothing is pending, so a wrong URL or
+   * token is found before anything is stated (`outbox drain` does);
+   * default false: a drain with nothing pending sends nothing.
+   */
+  readonly checkWhenEmpty?: boolean;
 }

@@ -22,7 +22,7 @@ import { OutboxError, type Intent } from './outbox.js';
 import { backoffDelay, classifyAnswer } from './retry.js';
 import { attempt, type AttemptContext } from './sender-attempt.js';
 import { ServerClock, type DrainState } from './sender-clock.js';
-import { Transport, describeError, principalId } from './sender-transport.js';
+import { Transport, answerLine, describeError, principalId } from './sender-transport.js';
 import type {
   DrainOptions,
   DrainReport,
@@ -109,19 +109,21 @@ export class Sender {
     const { outbox } = this.options;
     const signal = options.signal ?? new AbortController().signal;
     const settled: Intent[] = [];
-    const report = (stoppedBy: StopReason, halt?: string): DrainReport => ({
+    const report = (stoppedBy: StopReason, halt?: string, unreached?: string): DrainReport => ({
       settled,
       pending: outbox.pendingCount(),
       stoppedBy,
       ...(halt === undefined ? {} : { halt }),
+      ...(unreached === undefined ? {} : { unreached }),
     });
-    if (outbox.pendingCount() === 0) return report('empty');
+    if (options.checkWhenEmpty !== true && outbox.pendingCount() === 0) return report('empty');
     if (signal.aborted) return report('aborted');
     // Every drain, not only the first: it refreshes the server's time
-    // before any intent is sent again.
+    // before any intent is sent again (and checks the URL and the token).
     const state: DrainState = { held: new Set(), attemptedHere: new Set() };
     const stop = await this.checkPrincipal(options.deadline, signal, state);
-    if (stop !== undefined) return report(stop.reason, stop.detail);
+    if (stop !== undefined) return report(stop.reason, stop.detail, stop.unreached);
+    if (outbox.pendingCount() === 0) return report('empty');
     const inFlight = this.inFlight;
     // Written by the attempts as they end, read by the loop.
     const ended: { halt?: { reason: 'unauthenticated'; detail: string }; failure?: Error } = {};
@@ -227,12 +229,15 @@ export class Sender {
     deadline: number | undefined,
     signal: AbortSignal,
     state: DrainState,
-  ): Promise<{ reason: StopReason; detail?: string } | undefined> {
+  ): Promise<{ reason: StopReason; detail?: string; unreached?: string } | undefined> {
+    // What the last try met when the server was not reached at all.
+    let unreached: string | undefined;
     for (let attempt = 1; ; attempt += 1) {
       let error: string;
       let retryAfterMs: number | undefined;
       try {
         const answer = await this.transport.request('GET', '/api/v1/me', null, undefined, signal);
+        unreached = undefined;
         this.server.observeServer(answer.serverTime, state);
         this.server.observeLifetime(answer.keyLifetimeMs);
         const cls = classifyAnswer(answer, this.clock());
@@ -243,12 +248,12 @@ export class Sender {
           return undefined;
         }
         if (cls.kind === 'unauthenticated') {
-          const detail = `GET /api/v1/me answered 401: the token is not valid (${answer.body})`;
+          const detail = `GET /api/v1/me answered ${answerLine(answer)}; nothing was sent, and intents stay pending for a good token`;
           this.emit({ type: 'halted', reason: 'unauthenticated', detail });
           return { reason: 'unauthenticated', detail };
         }
         if (cls.kind !== 'retry') {
-          const detail = `GET /api/v1/me answered ${String(answer.status)}: ${answer.body}`;
+          const detail = `GET /api/v1/me answered ${answerLine(answer)}, an answer the API does not give; nothing was sent`;
           this.emit({ type: 'halted', reason: 'unexpected_answer', detail });
           return { reason: 'unexpected_answer', detail };
         }
@@ -258,6 +263,7 @@ export class Sender {
         if (err instanceof OutboxError) throw err;
         if (signal.aborted) return { reason: 'aborted' };
         error = describeError(err, this.options.timeoutMs);
+        unreached = error;
       }
       const wait = backoffDelay(attempt, this.options.backoff, this.random, retryAfterMs);
       this.emit({
@@ -269,11 +275,14 @@ export class Sender {
         error,
         delayMs: wait,
       });
-      if (deadline !== undefined && this.clock() + wait >= deadline) return { reason: 'deadline' };
+      const ended = unreached === undefined ? {} : { unreached };
+      if (deadline !== undefined && this.clock() + wait >= deadline) {
+        return { reason: 'deadline', ...ended };
+      }
       try {
         await this.sleep(wait, signal);
       } catch {
-        return { reason: 'aborted' };
+        return { reason: 'aborted', ...ended };
       }
     }
   }
