@@ -24,7 +24,7 @@ export NAME
 
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: node-version principal bench soak browser-deps help install build run migrate test check lint typecheck format-check boundaries docs docs-check migrations-check text-check migration-commit clean
+.PHONY: FORCE node-version principal bench soak browser-deps help install build run migrate test check lint typecheck format-check boundaries docs docs-check migrations-check text-check migration-commit clean
 
 node-version: ## print the version of the node every step runs with
 	@node --version
@@ -38,10 +38,27 @@ $(STAMP): package.json package-lock.json
 
 install: $(STAMP) ## install dependencies (npm ci) when needed
 
-build: install ## compile TypeScript to dist/ (built beside, then swapped in by renames)
-	next="dist.next.$$$$"; old="dist.old.$$$$"; rm -rf "$$next"; \
+# What the build reads (tsconfig.build.json's folders, tests aside, and the
+# settings). dist/.build-inputs lists them as the last build saw them, with
+# the time that build started: an input changed since, or a list that
+# differs (a file added or removed, whatever its time), compiles again;
+# otherwise the build does nothing, so make run and make principal start at
+# once on an unchanged tree.
+BUILD_INPUTS := $(sort $(shell find apps kernel platform modules scripts -type f ! -name '*.test.ts' 2>/dev/null) Makefile tsconfig.json tsconfig.build.json package-lock.json)
+BUILD_RECORD := dist/.build-inputs
+ifneq ($(BUILD_INPUTS),$(strip $(shell cat $(BUILD_RECORD) 2>/dev/null)))
+BUILD_FORCE := FORCE
+endif
+
+build: install $(BUILD_RECORD) ## compile TypeScript to dist/ when a source changed (built beside, then swapped in by renames)
+
+$(BUILD_RECORD): $(BUILD_INPUTS) $(BUILD_FORCE) | $(STAMP)
+	next="dist.next.$$$$"; old="dist.old.$$$$"; started="$$(mktemp)"; rm -rf "$$next"; \
 	  $(NODE_BIN)/tsc -p tsconfig.build.json --outDir "$$next"; \
+	  printf '%s\n' $(BUILD_INPUTS) > "$$next/.build-inputs"; touch -r "$$started" "$$next/.build-inputs"; rm -f "$$started"; \
 	  if [ -e dist ]; then mv dist "$$old"; fi; mv "$$next" dist; rm -rf "$$old"
+
+FORCE:
 
 run: build ## start the server (role all) on an embedded PostgreSQL 18, migrating first
 	node dist/apps/server/main.js --role $(ROLE) --migrate $(ARGS)

@@ -226,14 +226,17 @@ export function progressLine(event: SendEvent): string {
  *
  * @param intent the intent as it stands after the command.
  * @param fromOutbox whether it was stated before (its key was in the outbox already).
+ * @param unreached for a pending intent, why the server was not reached
+ *   (the drain report's `unreached`), when it was not.
  * @returns the line, without a newline.
  */
-export function resultLine(intent: Intent, fromOutbox: boolean): string {
+export function resultLine(intent: Intent, fromOutbox: boolean, unreached?: string): string {
   const prefix = `${intent.operation === 'createTransfer' ? 'transfer' : 'account'} ${intent.key}`;
   const again = fromOutbox ? ' (from the outbox: stated before, not sent again)' : '';
   const a = intent.answer;
   if (intent.state === 'pending') {
-    return `${prefix}: still pending (attempts ${String(intent.attempts)}${intent.lastError === null ? '' : `, last: ${intent.lastError}`}); "client outbox drain" (or this command with --key ${intent.key}) sends it with the same key`;
+    const why = unreached === undefined ? '' : `: the server was not reached: ${unreached}`;
+    return `${prefix}: still pending (attempts ${String(intent.attempts)}${intent.lastError === null ? '' : `, last: ${intent.lastError}`})${why}; "client outbox drain" (or this command with --key ${intent.key}) sends it with the same key`;
   }
   if (intent.state === 'failed') return `${prefix}: FAILED: ${outcome(intent)}`;
   if (a !== null && a.status >= 200 && a.status < 300) {
@@ -243,7 +246,7 @@ export function resultLine(intent: Intent, fromOutbox: boolean): string {
       return `${prefix}: ${String(a.status)}, the key's answer, its body over 1 MiB not kept${replay}${again}`;
     }
     // Checked before it is read: the answer is recorded already, and a body
-    // that is null, not JSON or not an object must not throw now (M3).
+    // that is null, not JSON or not an object must not throw now.
     if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
       return `${prefix}: ${String(a.status)}, its body not the JSON object this API answers (${JSON.stringify(a.body.slice(0, 200))})${replay}${again}`;
     }

@@ -35,7 +35,7 @@ const ID_B = '0190f2a4-1b2c-7d3e-8f40-123456789abd';
 void t.test('flags and environment become settings; flags win', (t) => {
   const env = {
     CLIENT_OUTBOX: '/tmp/env.sqlite',
-    CLIENT_BASE_URL: 'http://127.0.0.1:9',
+    CLIENT_BASE_URL: 'http://127.0.0.1:3999',
     CLIENT_TOKEN: 'env-token',
     CLIENT_KEY_TTL: '12h',
     CLIENT_TIMEOUT: '5s',
@@ -52,7 +52,7 @@ void t.test('flags and environment become settings; flags win', (t) => {
     independent: false,
     settings: {
       outbox: '/tmp/env.sqlite',
-      baseUrl: 'http://127.0.0.1:9',
+      baseUrl: 'http://127.0.0.1:3999',
       token: 'flag-token',
       keyTtlMs: 12 * 3_600_000,
       ttlMarginMs: 3_600_000,
@@ -420,7 +420,7 @@ void t.test(
 );
 
 void t.test(
-  'the entry point: standard output that cannot be written is exit 74, not a crash with exit 1 (R3)',
+  'the entry point: standard output that cannot be written is exit 74, not a crash with exit 1',
   async (t) => {
     const dir = await tempDir(t);
     const file = path.join(dir, 'o.sqlite');
@@ -476,7 +476,7 @@ void t.test(
         env: {
           ...env,
           CLIENT_OUTBOX: path.join(dir, 'o.sqlite'),
-          CLIENT_BASE_URL: 'http://127.0.0.1:9',
+          CLIENT_BASE_URL: 'http://127.0.0.1:3999',
           CLIENT_TOKEN: 't',
         },
         encoding: 'utf8',
@@ -502,7 +502,7 @@ void t.test(
   },
 );
 
-void t.test('outbox list names an attempt cut off before its answer (finding 6)', async (t) => {
+void t.test('outbox list names an attempt cut off before its answer', async (t) => {
   const file = path.join(await tempDir(t), 'outbox.sqlite');
   const outbox = Outbox.open(file);
   const { intent } = outbox.enqueue({
@@ -533,7 +533,7 @@ void t.test('outbox list names an attempt cut off before its answer (finding 6)'
 });
 
 void t.test(
-  'unmarked refusals after a lost attempt are reported as an unknown outcome (finding 3)',
+  'unmarked refusals after a lost attempt are reported as an unknown outcome',
   async (t) => {
     let posts = 0;
     const server = http.createServer((req, res) => {
@@ -546,7 +546,7 @@ void t.test(
         }
         posts += 1;
         // The first attempt is lost on the way back; the repeats meet a
-        // gateway's 404, which carries no Idempotent-Replay (M2, M3: an
+        // gateway's 404, which carries no Idempotent-Replay (an
         // unmarked answer is repeated once, so two of them).
         if (posts === 1) {
           res.socket?.destroy();
@@ -595,7 +595,7 @@ void t.test(
   },
 );
 
-void t.test('a 2xx whose body is null or not JSON is printed, not a crash (M3)', async (t) => {
+void t.test('a 2xx whose body is null or not JSON is printed, not a crash', async (t) => {
   const bodies = ['null', 'not json', '[1]'];
   const server = http.createServer((req, res) => {
     req.resume();
@@ -635,9 +635,9 @@ void t.test('a 2xx whose body is null or not JSON is printed, not a crash (M3)',
 });
 
 void t.test(
-  'killed after the answer was recorded, before it was printed: a rerun is refused, --key prints it (M1, F3)',
+  'killed after the answer was recorded, before it was printed: a rerun is refused, --key prints it',
   async (t) => {
-    // Changed with F3: the rerun printed the recorded answer and exited 0,
+    // Changed: the rerun printed the recorded answer and exited 0,
     // so a new command equal to an intent settled by a drain or a library
     // caller exited 0 with an old answer while it sent nothing. It is now
     // refused like a pending one; --key prints the answer.
@@ -703,7 +703,7 @@ void t.test(
 );
 
 void t.test(
-  'an intent is marked reported only once its result has left, never on a write error (F5)',
+  'an intent is marked reported only once its result has left, never on a write error',
   async (t) => {
     const file = path.join(await tempDir(t), 'outbox.sqlite');
     const outbox = Outbox.open(file);
@@ -739,7 +739,7 @@ void t.test(
     t.equal(
       await runCli(argv, env, broken),
       74,
-      'exit 74: the result was not seen, never 1 (refused) or 0 (R3)',
+      'exit 74: the result was not seen, never 1 (refused) or 0',
     );
     t.match(err, /standard output.*EPIPE.*not marked reported/);
     const unreported = Outbox.open(file);

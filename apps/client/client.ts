@@ -2,11 +2,69 @@
  * The typed face of the client for the ledger: intents for `createAccount`
  * and `createTransfer` whose bodies and answers are the types generated from
  * the API document (api-types.ts), and `LedgerClient`, an outbox and a
- * sender held together.
+ * sender held together with the rules a program needs on top of them: an
+ * equal intent whose result was never reported is not stated again, an
+ * intent is delivered by a drain that stops once it settles, and a settled
+ * intent's verdict (done, refused by the server, failed) is read one way.
+ * The command line is argument parsing and printing over this.
  */
 import type { CreateAccount, CreateTransfer, Problem } from './api-types.js';
 import { Outbox, type Intent, type NewIntent } from './outbox.js';
 import { Sender, type DrainOptions, type DrainReport, type SenderOptions } from './sender.js';
+
+/**
+ * An intent equal to the one being stated (same operation, method, path
+ * and body) is pending, or settled while its result was never reported to
+ * anyone: stating a second one would send the same request again under a
+ * new key, and the money would move twice. Deliver that one (its key is
+ * {@link intent}), or state with `again` to mean a second one.
+ */
+export class EqualIntentError extends Error {
+  override readonly name = 'EqualIntentError';
+
+  /**
+   * @param intent the equal intent found.
+   */
+  constructor(readonly intent: Intent) {
+    super(
+      `a ${intent.operation} equal to this one was stated under key ${intent.key} and is ${intent.state}${intent.failure === null ? '' : ` (${intent.failure})`}, its result never reported: deliver it with that key, or state with again to mean a second one`,
+    );
+  }
+}
+
+/** Options of stating an intent through {@link LedgerClient}. */
+export interface StateOptions {
+  /**
+   * State it even when an equal intent is pending or settled and not
+   * reported ({@link EqualIntentError}); default false. Not needed with a
+   * key of the caller's: the key names the intent.
+   */
+  readonly again?: boolean;
+}
+
+/**
+ * What a settled intent means for its caller: `ok` (a 2xx), `rejected`
+ * (the server's stored refusal, marked with `Idempotent-Replay`), `failed`
+ * (key reuse, an expired key, an unexpected answer, an unknown outcome, or
+ * an unmarked refusal, which is not known to be the server's), or `pending`.
+ */
+export type Verdict = 'ok' | 'rejected' | 'failed' | 'pending';
+
+/**
+ * Reads an intent's verdict.
+ *
+ * @param intent the intent as it stands.
+ * @returns its {@link Verdict}.
+ */
+export function intentVerdict(intent: Pick<Intent, 'state' | 'answer'>): Verdict {
+  if (intent.state === 'pending') return 'pending';
+  if (intent.state === 'failed') return 'failed';
+  const status = intent.answer?.status ?? 0;
+  if (status >= 200 && status < 300) return 'ok';
+  // Refused by the server only when the refusal is the key's marked
+  // answer; an unmarked one recorded by an older client is not known to be.
+  return intent.answer?.marked === true ? 'rejected' : 'failed';
+}
 
 /** The body of `POST /api/v1/transfers`. */
 export type TransferRequest = CreateTransfer['request'];
@@ -106,12 +164,16 @@ export interface LedgerClientOptions extends Omit<SenderOptions, 'outbox'> {
 /**
  * An outbox and its sender for the ledger's writes. State intents with
  * {@link transfer} and {@link createAccount} (stored durably, not sent),
- * then {@link drain} or {@link deliver}. One per outbox file and process.
+ * then {@link drain} or {@link deliver}, and {@link report} a settled
+ * intent once its result reached the person or program that wanted it.
+ * One per outbox file and process.
  *
  * @example
  * const client = LedgerClient.open({ file: 'outbox.sqlite', baseUrl, token, ...DEFAULTS });
  * const intent = client.transfer({ from_account_id: a, to_account_id: b, amount: 2500 });
  * const settled = await client.deliver(intent, { deadline: Date.now() + 30_000 });
+ * console.log(intentVerdict(settled));
+ * client.report(settled);
  * client.close();
  */
 export class LedgerClient {
@@ -142,27 +204,61 @@ export class LedgerClient {
   }
 
   /**
-   * States a transfer (durably; not sent yet).
+   * States an intent (durably; not sent yet), unless an equal one was never
+   * reported: without a key of the caller's and without `again`, an equal
+   * intent pending or settled unreported is refused.
    *
-   * @param body the accounts and the amount.
-   * @param options its key, and whether it is independent.
-   * @returns the intent (an existing one when the key names the same request).
+   * @param intent what to send (e.g. {@link transferIntent}'s).
+   * @param options `again` to state a second equal intent on purpose.
+   * @returns the intent, and whether it is new (false: the caller's key
+   *   named an intent in the outbox already).
+   * @throws EqualIntentError when an equal intent was never reported.
    * @throws IntentConflictError when the key names another request in the outbox.
+   * @throws RangeError as {@link Outbox.enqueue} does.
    */
-  transfer(body: TransferRequest, options?: TransferOptions): Intent {
-    return this.outbox.enqueue(transferIntent(body, options)).intent;
+  state(intent: NewIntent, options: StateOptions = {}): { intent: Intent; created: boolean } {
+    if (intent.key === undefined && options.again !== true) {
+      const equal = this.outbox.unreportedEqual(intent);
+      if (equal !== undefined) throw new EqualIntentError(equal);
+    }
+    return this.outbox.enqueue(intent);
   }
 
   /**
-   * States the opening of an account (durably; not sent yet).
+   * States a transfer (durably; not sent yet); see {@link state}.
    *
-   * @param body the name and the opening balance.
-   * @param options its key.
-   * @returns the intent.
+   * @param body the accounts and the amount.
+   * @param options its key, whether it is independent, and `again`.
+   * @returns the intent (an existing one when the key names the same request).
+   * @throws EqualIntentError when an equal intent was never reported.
    * @throws IntentConflictError when the key names another request in the outbox.
    */
-  createAccount(body: AccountRequest, options?: IntentOptions): Intent {
-    return this.outbox.enqueue(accountIntent(body, options)).intent;
+  transfer(body: TransferRequest, options: TransferOptions & StateOptions = {}): Intent {
+    return this.state(transferIntent(body, options), options).intent;
+  }
+
+  /**
+   * States the opening of an account (durably; not sent yet); see {@link state}.
+   *
+   * @param body the name and the opening balance.
+   * @param options its key, and `again`.
+   * @returns the intent.
+   * @throws EqualIntentError when an equal intent was never reported.
+   * @throws IntentConflictError when the key names another request in the outbox.
+   */
+  createAccount(body: AccountRequest, options: IntentOptions & StateOptions = {}): Intent {
+    return this.state(accountIntent(body, options), options).intent;
+  }
+
+  /**
+   * Records that a settled intent's result reached its caller, so an equal
+   * intent may be stated again without `again`. Nothing is written for a
+   * pending intent.
+   *
+   * @param intent the intent.
+   */
+  report(intent: Intent): void {
+    this.outbox.markReported(intent.seq, Date.now());
   }
 
   /**
@@ -184,8 +280,27 @@ export class LedgerClient {
    * @returns the intent as it stands then (still pending when the drain ended first).
    */
   async deliver(intent: Intent, options: Omit<DrainOptions, 'target'> = {}): Promise<Intent> {
-    if (intent.state === 'pending') await this.sender.drain({ ...options, target: intent.key });
-    return this.outbox.get(intent.key) ?? intent;
+    return (await this.settle(intent, options)).intent;
+  }
+
+  /**
+   * {@link deliver}, with the drain's report: why it stopped, a halt's
+   * detail, and what else settled on the way.
+   *
+   * @param intent the intent.
+   * @param options deadline and signal.
+   * @returns the intent as it stands then, and the report (undefined when
+   *   it was settled already and nothing was sent).
+   */
+  async settle(
+    intent: Intent,
+    options: Omit<DrainOptions, 'target'> = {},
+  ): Promise<{ intent: Intent; report: DrainReport | undefined }> {
+    const report =
+      intent.state === 'pending'
+        ? await this.sender.drain({ ...options, target: intent.key })
+        : undefined;
+    return { intent: this.outbox.get(intent.key) ?? intent, report };
   }
 
   /** Closes the outbox (its lock is released). */

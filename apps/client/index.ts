@@ -48,11 +48,15 @@ export {
 } from './retry.js';
 export {
   LedgerClient,
+  EqualIntentError,
+  intentVerdict,
   transferIntent,
   accountIntent,
   answerBody,
   type LedgerClientOptions,
   type IntentOptions,
+  type StateOptions,
+  type Verdict,
   type TransferOptions,
   type TransferRequest,
   type Transfer,

@@ -1,7 +1,7 @@
 /**
  * The outbox's schema versions on real files: a file of schema version 1
  * or 2 (made here with that version's own SQL, as the client of then wrote
- * it) is migrated to version 3 when it is opened, in one transaction, with
+ * it) is migrated to version 4 when it is opened, in one transaction, with
  * every row kept as it was; a migration that meets a broken foreign key is
  * refused and leaves the file as it was.
  */
@@ -217,7 +217,7 @@ void t.test('a version 1 file is migrated on open with its rows unchanged', asyn
       lastError: '503 service_unavailable',
       lanes: ['account:a', 'account:b'],
       // Version 1 did not count an attempt cut off by a crash, so a pending
-      // row may have one behind it (L4).
+      // row may have one behind it.
       attemptStartedAt: 1_000,
       answer: null,
     },
@@ -258,9 +258,12 @@ void t.test('a version 1 file is migrated on open with its rows unchanged', asyn
     'every other row is as it was, column by column',
   );
   t.same(after.lanes, before.lanes, 'the lanes are as they were');
-  t.equal(after.version, '3');
+  t.equal(after.version, '4');
   t.match(after.table, /outcome_unknown/, 'the new check allows the new reason');
-  t.same(after.indexes.sort(), ['intents_pending', 'sqlite_autoindex_intents_1'].sort());
+  t.same(
+    after.indexes.sort(),
+    ['intents_pending', 'intents_unreported', 'sqlite_autoindex_intents_1'].sort(),
+  );
   t.same(after.foreignKeyProblems, []);
   t.same(
     after.answers.slice(0, 4).map((r) => r['marked']),
@@ -268,7 +271,7 @@ void t.test('a version 1 file is migrated on open with its rows unchanged', asyn
     'a replay was marked; an earlier first answer is not known to have been',
   );
   const again = Outbox.open(file);
-  t.equal(again.list().length, 5, 'a version 3 file opens without a migration');
+  t.equal(again.list().length, 5, 'a version 4 file opens without a migration');
   again.close();
 });
 
@@ -297,7 +300,7 @@ void t.test('a migration that meets a broken foreign key leaves the file as it w
   kept.close();
 });
 
-void t.test('a new file has the version 3 schema', async (t) => {
+void t.test('a new file has the version 4 schema', async (t) => {
   const file = await tempFile(t);
   const outbox = Outbox.open(file);
   const { intent } = outbox.enqueue({ operation: 'x', method: 'POST', path: '/x', lanes: [] });
@@ -315,7 +318,7 @@ void t.test('a new file has the version 3 schema', async (t) => {
   });
   outbox.close();
   const s = snapshot(file);
-  t.equal(s.version, '3');
+  t.equal(s.version, '4');
   t.same(s.answers, [{ seq: 1, marked: 0, attempt_started_at: null }]);
 });
 
@@ -344,7 +347,7 @@ create table intents (
   finished_at integer
 ) strict;`;
 
-void t.test('a version 2 file is migrated to version 3 with its rows unchanged', async (t) => {
+void t.test('a version 2 file is migrated to version 4 with its rows unchanged', async (t) => {
   const file = await tempFile(t);
   const db = new DatabaseSync(file);
   db.exec('pragma journal_mode = wal');
@@ -387,7 +390,7 @@ void t.test('a version 2 file is migrated to version 3 with its rows unchanged',
   ]);
   outbox.close();
   const after = snapshot(file);
-  t.equal(after.version, '3');
+  t.equal(after.version, '4');
   t.match(after.table, /server_anchor/);
   t.same(after.foreignKeyProblems, []);
   const kept = new DatabaseSync(file);
@@ -400,7 +403,7 @@ void t.test('a version 2 file is migrated to version 3 with its rows unchanged',
 });
 
 void t.test(
-  'a version 3 file written before reported_at gets it, its settled rows reported when they settled (F8)',
+  'a version 3 file written before reported_at gets it, its settled rows reported when they settled',
   async (t) => {
     const file = await tempFile(t);
     const db = new DatabaseSync(file);

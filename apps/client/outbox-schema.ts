@@ -5,7 +5,13 @@
  * (`attempt_started_at`). Version 3 adds the server's time seen before the
  * intent's first attempt (`server_anchor`), from which its key's age is
  * counted on the server's clock too, and when the command that stated it printed
- * its result (`reported_at`). A version 1 or 2 file is migrated when it is opened,
+ * its result (`reported_at`). Version 4 adds whether the last answer of a
+ * pending intent was unmarked (`unmarked`: a 2xx or a stored status without
+ * `Idempotent-Replay`, repeated once; a second one in a row is an unknown
+ * outcome), which version 3 kept as a prefix of `last_error`, and the
+ * partial index `intents_unreported` over the intents whose result no
+ * command printed (the guard against stating an equal one again). A version
+ * 1, 2 or 3 file is migrated when it is opened,
  * in the opener's transaction: SQLite cannot alter a CHECK, so the intents
  * move to a new table by the procedure of the SQLite documentation ("Making
  * Other Kinds Of Table Schema Changes": create the new table, copy, drop
@@ -17,7 +23,7 @@ import type { DatabaseSync } from 'node:sqlite';
 import { OutboxOpenError } from './outbox-errors.js';
 
 /** The schema version this client writes. */
-export const SCHEMA_VERSION = '3';
+export const SCHEMA_VERSION = '4';
 
 /** The failure reasons the schema allows, in the order they were added. */
 export const FAILURES: readonly string[] = [
@@ -48,6 +54,7 @@ create table ${name} (
   status integer,
   replayed integer,
   marked integer check (marked in (0, 1)),
+  unmarked integer not null default 0 check (unmarked in (0, 1)),
   answer_headers text,
   answer_body text,
   finished_at integer
@@ -55,10 +62,22 @@ create table ${name} (
 
 const PENDING_INDEX = `create index intents_pending on intents (seq) where state = 'pending';`;
 
+/**
+ * The intents whose result no command printed: pending, or settled and not
+ * reported. Few rows, so the guard's look-up of an equal intent reads only
+ * these, however long the outbox's history.
+ */
+const UNREPORTED_INDEX = `create index intents_unreported on intents (operation, path, method, body)
+  where state = 'pending' or reported_at is null;`;
+
+/** How version 3 marked an unmarked last answer: the start of its last error. */
+const V3_UNMARKED = `state = 'pending' and substr(last_error, 1, 17) = 'unmarked answer: '`;
+
 const SCHEMA = `
 create table meta (name text primary key, value text not null) strict;
 ${intentsTable('intents')}
 ${PENDING_INDEX}
+${UNREPORTED_INDEX}
 create table intent_lanes (
   lane text not null,
   seq integer not null references intents (seq),
@@ -67,11 +86,11 @@ create table intent_lanes (
 insert into meta (name, value) values ('schema_version', '${SCHEMA_VERSION}');
 `;
 
-/** The columns of version 1's intents, all kept by versions 2 and 3. */
+/** The columns of version 1's intents, all kept by versions 2, 3 and 4. */
 const V1_COLUMNS =
   'seq, key, operation, method, path, body, lanes, created_at, state, failure, attempts, next_attempt_at, last_error, status, replayed, answer_headers, answer_body, finished_at';
 
-/** The columns of version 2's intents, all kept by version 3. */
+/** The columns of version 2's intents, all kept by versions 3 and 4. */
 const V2_COLUMNS = `${V1_COLUMNS}, marked, attempt_started_at`;
 
 /**
@@ -80,20 +99,34 @@ const V2_COLUMNS = `${V1_COLUMNS}, marked, attempt_started_at`;
  * whether an answer recorded as no replay carried `Idempotent-Replay:
  * false` was not kept, so its `marked` is null (not known); version 1 did
  * not count an attempt cut off by a crash, so a pending intent may have
- * one behind it: its `attempt_started_at` is its creation time (L4). From either:
+ * one behind it: its `attempt_started_at` is its creation time. From either:
  * the server's time before the first attempt was not kept (null: the age
  * counts on the client's clock alone); an intent settled before is taken as
  * reported when it settled (an older client printed what it settled, and
  * an equal new intent must not be refused for it).
  */
 const COPY: Record<string, string> = {
-  '1': `insert into intents_new (${V1_COLUMNS}, marked, attempt_started_at, server_anchor, reported_at)
+  '1': `insert into intents_new (${V1_COLUMNS}, marked, attempt_started_at, server_anchor, reported_at, unmarked)
   select ${V1_COLUMNS}, case when replayed = 1 then 1 end,
          case when state = 'pending' then created_at end, null,
-         case when state <> 'pending' then finished_at end from intents;`,
-  '2': `insert into intents_new (${V2_COLUMNS}, server_anchor, reported_at)
-  select ${V2_COLUMNS}, null, case when state <> 'pending' then finished_at end from intents;`,
+         case when state <> 'pending' then finished_at end,
+         case when ${V3_UNMARKED} then 1 else 0 end from intents;`,
+  '2': `insert into intents_new (${V2_COLUMNS}, server_anchor, reported_at, unmarked)
+  select ${V2_COLUMNS}, null, case when state <> 'pending' then finished_at end,
+         case when ${V3_UNMARKED} then 1 else 0 end from intents;`,
 };
+
+/**
+ * From version 3: the new column is added in place (a nullable CHECK is
+ * not altered, so no copy is needed), set from the prefix version 3 wrote,
+ * and the index made.
+ */
+const FROM_V3 = `
+alter table intents add column unmarked integer not null default 0 check (unmarked in (0, 1));
+update intents set unmarked = 1 where ${V3_UNMARKED};
+${UNREPORTED_INDEX}
+update meta set value = '${SCHEMA_VERSION}' where name = 'schema_version';
+`;
 
 const migration = (from: string): string => `
 ${intentsTable('intents_new')}
@@ -101,6 +134,7 @@ ${COPY[from] ?? ''}
 drop table intents;
 alter table intents_new rename to intents;
 ${PENDING_INDEX}
+${UNREPORTED_INDEX}
 update meta set value = '${SCHEMA_VERSION}' where name = 'schema_version';
 `;
 
@@ -126,7 +160,7 @@ function migrate(db: DatabaseSync, file: string, from: string): void {
 
 /**
  * Makes the schema in an empty database, or checks an outbox's version and
- * migrates a version 1 or 2 file to version 3. Runs inside the caller's write
+ * migrates a version 1, 2 or 3 file to version 4. Runs inside the caller's write
  * transaction (a failed migration is rolled back with it), with foreign
  * keys off.
  *
@@ -134,8 +168,8 @@ function migrate(db: DatabaseSync, file: string, from: string): void {
  * @param file the file's path, for messages.
  * @param create whether an empty database is made an outbox.
  * @throws OutboxOpenError when the database is empty and `create` is false,
- *   holds other tables, has another
- *   schema version than 1, 2 or 3, or breaks a foreign key while migrated.
+ *   holds other tables, has another schema version than 1 to 4, or breaks
+ *   a foreign key while migrated.
  */
 export function prepareSchema(db: DatabaseSync, file: string, create: boolean): void {
   const tables = db
@@ -159,20 +193,20 @@ export function prepareSchema(db: DatabaseSync, file: string, create: boolean): 
     migrate(db, file, from);
     return;
   }
-  if (version?.['value'] === SCHEMA_VERSION) {
+  if (from === SCHEMA_VERSION) return;
+  if (from === '3') {
     // A version 3 file written before `reported_at` was added to it (never
     // released): a nullable column is added in place, and its settled rows
-    // count as reported when they settled, as a migration's do (F8).
+    // count as reported when they settled, as a migration's do.
     const columns = db.prepare('pragma table_info(intents)').all();
     if (!columns.some((c) => c['name'] === 'reported_at')) {
       db.exec('alter table intents add column reported_at integer');
       db.exec(`update intents set reported_at = finished_at where state <> 'pending'`);
     }
+    db.exec(FROM_V3);
     return;
   }
-  if (version?.['value'] !== SCHEMA_VERSION) {
-    throw new OutboxOpenError(
-      `cannot open outbox ${file}: it has schema version ${String(version?.['value'])}, this client knows 1, 2 and ${SCHEMA_VERSION}`,
-    );
-  }
+  throw new OutboxOpenError(
+    `cannot open outbox ${file}: it has schema version ${String(from)}, this client knows 1 to ${SCHEMA_VERSION}`,
+  );
 }

@@ -113,7 +113,7 @@ void t.test(
       },
     );
     t.throws(() => outbox.enqueue({ ...transfer(5), path: 'api/v1/transfers' }), /path/);
-    // A path starting with two slashes names another host: the token would go there (L5).
+    // A path starting with two slashes names another host: the token would go there.
     t.throws(() => outbox.enqueue({ ...transfer(5), path: '//evil.example/x' }), {
       name: 'RangeError',
       message: /path must not start with "\/\/"/,
@@ -321,38 +321,35 @@ void t.test('a corrupt row is reported by its number and column, never sent', as
   );
 });
 
-void t.test(
-  'the high-water mark of time only rises and survives a reopen (finding 5)',
-  async (t) => {
-    const file = await tempFile(t);
-    let now = 5_000;
-    const outbox = Outbox.open(file, { clock: () => now });
-    t.equal(outbox.highWater(), 0, 'nothing recorded yet');
-    const { intent } = outbox.enqueue(transfer(1));
-    t.equal(outbox.highWater(), 5_000, 'a stated intent records its time');
-    now = 1_000;
-    outbox.enqueue(transfer(2));
-    t.equal(outbox.highWater(), 5_000, 'an earlier clock does not lower it');
-    outbox.recordAttempt(intent.seq, 1, 7_000);
-    t.equal(outbox.highWater(), 7_000, 'an attempt records its start');
-    outbox.observeTime(6_000);
-    t.equal(outbox.highWater(), 7_000);
-    outbox.observeTime(9_000);
-    t.equal(outbox.highWater(), 9_000, 'a later time seen elsewhere raises it');
-    outbox.recordFinal(intent.seq, {
-      attempts: 1,
-      state: 'done',
-      failure: null,
-      answer: { status: 201, replayed: false, marked: true, headers: {}, body: '{}' },
-      now: 10_000,
-    });
-    t.equal(outbox.highWater(), 10_000, 'a final answer records its time');
-    outbox.close();
-    const again = Outbox.open(file);
-    t.equal(again.highWater(), 10_000);
-    again.close();
-  },
-);
+void t.test('the high-water mark of time only rises and survives a reopen', async (t) => {
+  const file = await tempFile(t);
+  let now = 5_000;
+  const outbox = Outbox.open(file, { clock: () => now });
+  t.equal(outbox.highWater(), 0, 'nothing recorded yet');
+  const { intent } = outbox.enqueue(transfer(1));
+  t.equal(outbox.highWater(), 5_000, 'a stated intent records its time');
+  now = 1_000;
+  outbox.enqueue(transfer(2));
+  t.equal(outbox.highWater(), 5_000, 'an earlier clock does not lower it');
+  outbox.recordAttempt(intent.seq, 1, 7_000);
+  t.equal(outbox.highWater(), 7_000, 'an attempt records its start');
+  outbox.observeTime(6_000);
+  t.equal(outbox.highWater(), 7_000);
+  outbox.observeTime(9_000);
+  t.equal(outbox.highWater(), 9_000, 'a later time seen elsewhere raises it');
+  outbox.recordFinal(intent.seq, {
+    attempts: 1,
+    state: 'done',
+    failure: null,
+    answer: { status: 201, replayed: false, marked: true, headers: {}, body: '{}' },
+    now: 10_000,
+  });
+  t.equal(outbox.highWater(), 10_000, 'a final answer records its time');
+  outbox.close();
+  const again = Outbox.open(file);
+  t.equal(again.highWater(), 10_000);
+  again.close();
+});
 
 void t.test('an outbox is a WAL file: memory and other journal modes are refused', (t) => {
   t.throws(() => Outbox.open(':memory:'), {
@@ -409,7 +406,7 @@ void t.test('an outbox opened only if it exists is never created', async (t) => 
 });
 
 void t.test(
-  'a path with a control character is refused, stated or read, as a URL parser drops tab, CR and LF (F2)',
+  'a path with a control character is refused, stated or read, as a URL parser drops tab, CR and LF',
   async (t) => {
     const file = await tempFile(t);
     const outbox = Outbox.open(file);
@@ -439,7 +436,7 @@ void t.test(
 );
 
 void t.test(
-  'the server anchor is kept only at the first attempt, never at a later one (F6)',
+  'the server anchor is kept only at the first attempt, never at a later one',
   async (t) => {
     const file = await tempFile(t);
     const outbox = Outbox.open(file);

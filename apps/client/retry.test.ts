@@ -127,38 +127,35 @@ void t.test('answers are final, retried, a caller bug or a halt', (t) => {
   t.end();
 });
 
-void t.test(
-  'an unmarked 2xx or stored status is repeated once, then outcome_unknown (M2, M3)',
-  (t) => {
-    const c = (status: number, marked: boolean, previousUnmarked: boolean, code = 'x') =>
-      classifyAnswer({ status, code, retryAfter: null, marked, previousUnmarked }, NOW);
-    for (const s of [200, 201, 204, 400, 403, 404, 409, 410, 412, 413, 415, 422]) {
-      t.same(
-        c(s, false, false),
-        { kind: 'unmarked', reason: `${String(s)} x` },
-        `${String(s)} without the marker is not final, even on the first attempt`,
-      );
-      t.same(
-        c(s, false, true),
-        { kind: 'outcome_unknown', reason: `${String(s)} x` },
-        `${String(s)} without the marker a second time in a row`,
-      );
-      t.same(c(s, true, true), { kind: 'final' }, `${String(s)} with the marker`);
-    }
-    t.same(c(422, false, true, 'idempotency_key_reuse'), { kind: 'key_reuse' });
-    t.same(c(409, false, true, 'request_in_progress'), {
-      kind: 'retry',
-      reason: '409 request_in_progress',
-      retryAfterMs: undefined,
-    });
+void t.test('an unmarked 2xx or stored status is repeated once, then outcome_unknown', (t) => {
+  const c = (status: number, marked: boolean, previousUnmarked: boolean, code = 'x') =>
+    classifyAnswer({ status, code, retryAfter: null, marked, previousUnmarked }, NOW);
+  for (const s of [200, 201, 204, 400, 403, 404, 409, 410, 412, 413, 415, 422]) {
     t.same(
-      classifyAnswer({ status: 404, code: 'not_found' }, NOW),
-      { kind: 'unmarked', reason: '404 not_found' },
-      'without the facts, an answer is taken as unmarked',
+      c(s, false, false),
+      { kind: 'unmarked', reason: `${String(s)} x` },
+      `${String(s)} without the marker is not final, even on the first attempt`,
     );
-    t.end();
-  },
-);
+    t.same(
+      c(s, false, true),
+      { kind: 'outcome_unknown', reason: `${String(s)} x` },
+      `${String(s)} without the marker a second time in a row`,
+    );
+    t.same(c(s, true, true), { kind: 'final' }, `${String(s)} with the marker`);
+  }
+  t.same(c(422, false, true, 'idempotency_key_reuse'), { kind: 'key_reuse' });
+  t.same(c(409, false, true, 'request_in_progress'), {
+    kind: 'retry',
+    reason: '409 request_in_progress',
+    retryAfterMs: undefined,
+  });
+  t.same(
+    classifyAnswer({ status: 404, code: 'not_found' }, NOW),
+    { kind: 'unmarked', reason: '404 not_found' },
+    'without the facts, an answer is taken as unmarked',
+  );
+  t.end();
+});
 
 void t.test('an HTTP date is read in its IMF-fixdate form only', (t) => {
   t.equal(parseHttpDate('Mon, 01 Jun 2026 10:00:30 GMT'), NOW + 30_000);

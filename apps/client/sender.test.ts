@@ -441,7 +441,7 @@ void t.test('options are checked when the sender is made', async (t) => {
   t.throws(() => new Sender({ ...base, token: '' }), /token/);
 });
 
-void t.test('two drains at once send each intent once and both end well (review)', async (t) => {
+void t.test('two drains at once send each intent once and both end well', async (t) => {
   const s = await setup(t);
   const one = s.outbox.enqueue(transfer(1, ['account:a'])).intent;
   const two = s.outbox.enqueue(transfer(2, ['account:b'])).intent;
@@ -467,7 +467,7 @@ void t.test('two drains at once send each intent once and both end well (review)
   );
 });
 
-void t.test("a caller's key ages from its own time when that is earlier (review)", async (t) => {
+void t.test("a caller's key ages from its own time when that is earlier", async (t) => {
   const s = await setup(t);
   // A key the caller made 30 hours ago (sent then from elsewhere, perhaps),
   // stated only now: the server may have forgotten it.
@@ -495,7 +495,7 @@ void t.test("a caller's key ages from its own time when that is earlier (review)
   t.match(s.outbox.get(later.key), { state: 'done' });
 });
 
-void t.test('an attempt is recorded before its request is sent (finding 6)', async (t) => {
+void t.test('an attempt is recorded before its request is sent', async (t) => {
   const s = await setup(t);
   const { intent } = s.outbox.enqueue(transfer(1));
   const during: unknown[] = [];
@@ -522,9 +522,9 @@ void t.test('an attempt is recorded before its request is sent (finding 6)', asy
 });
 
 void t.test(
-  'an unmarked stored status is repeated once, then outcome_unknown, never done (finding 3)',
+  'an unmarked stored status is repeated once, then outcome_unknown, never done',
   async (t) => {
-    // Changed with M2 and M3: an unmarked answer is never final, not even
+    // Changed: an unmarked answer is never final, not even
     // on the first attempt (a response-side gateway may have replaced a
     // committed 201), nor a 2xx; it is repeated once with the same key, and
     // a second unmarked answer in a row is outcome_unknown. Before, the
@@ -600,10 +600,10 @@ void t.test(
 );
 
 void t.test(
-  'after an attempt cut off by a crash, unmarked refusals end in outcome_unknown (finding 3)',
+  'after an attempt cut off by a crash, unmarked refusals end in outcome_unknown',
   async (t) => {
     // The server's Date is read before a key sent by an earlier process is
-    // sent again (R2).
+    // sent again.
     const s = await setup(t, json(200, { id: 'p1' }, { date: new Date(START).toUTCString() }));
     const { intent } = s.outbox.enqueue(transfer(1));
     // A process that died during its attempt left this behind.
@@ -622,7 +622,7 @@ void t.test(
   },
 );
 
-void t.test('a clock stepped back does not make an old key look young (finding 5)', async (t) => {
+void t.test('a clock stepped back does not make an old key look young', async (t) => {
   const s = await setup(t);
   const old = s.outbox.enqueue(transfer(1, ['1'])).intent;
   s.clock.now = START + 23.5 * 3_600_000;
@@ -652,11 +652,11 @@ void t.test('a clock stepped back does not make an old key look young (finding 5
   );
 });
 
-void t.test('the server Date of an answer is a time the key has reached (finding 5)', async (t) => {
+void t.test('the server Date of an answer is a time the key has reached', async (t) => {
   const s = await setup(t);
   const { intent } = s.outbox.enqueue(transfer(1));
   // The clock says 22.5 hours have passed; the server, 45 minutes later
-  // (within the margin: a Date further ahead is not believed, M4), says 23.25.
+  // (within the margin: a Date further ahead is not believed), says 23.25.
   s.clock.now = START + 22.5 * 3_600_000;
   const later = new Date(START + 23.25 * 3_600_000).toUTCString();
   s.script.push(json(503, { code: 'service_unavailable' }, { date: later }), json(201, {}));
@@ -667,7 +667,7 @@ void t.test('the server Date of an answer is a time the key has reached (finding
 });
 
 void t.test(
-  'a key stated while the client clock was ahead is not sent while the clocks disagree (H1, R1)',
+  'a key stated while the client clock was ahead is not sent while the clocks disagree',
   async (t) => {
     let serverNow = START;
     const me: Reply = (res, seen) => {
@@ -682,7 +682,7 @@ void t.test(
     });
     const first = await s.sender.drain({ deadline: s.clock.now + 10 });
     // The server's Date is 3 hours behind: more than the margin, so nothing
-    // is sent while the clocks disagree (R1), and no key leaves whose age
+    // is sent while the clocks disagree, and no key leaves whose age
     // the two clocks would tell apart.
     t.equal(first.stoppedBy, 'clock_disagreement');
     t.equal(s.seen.filter((x) => x.method === 'POST').length, 0, 'no attempt left');
@@ -713,7 +713,7 @@ void t.test(
 );
 
 void t.test(
-  'a server Date far in the future neither raises the mark nor expires anything: the drain halts until it is sane (M4, R1)',
+  'a server Date far in the future neither raises the mark nor expires anything: the drain halts until it is sane',
   async (t) => {
     let date = 'Fri, 31 Dec 9999 23:59:59 GMT';
     const s = await setup(t, (res, seen) => {
@@ -745,7 +745,7 @@ void t.test(
 );
 
 void t.test(
-  'an unmarked answer, 2xx included, is repeated once; a second one is outcome_unknown (M2, M3)',
+  'an unmarked answer, 2xx included, is repeated once; a second one is outcome_unknown',
   async (t) => {
     const s = await setup(t);
     const settles = s.outbox.enqueue(transfer(1, ['1'])).intent;
@@ -794,9 +794,9 @@ void t.test(
 );
 
 void t.test(
-  'an answer body over 1 MiB is not read whole, and is classified by its status and marker first (L1, F4)',
+  'an answer body over 1 MiB is not read whole, and is classified by its status and marker first',
   async (t) => {
-    // Changed with F4: an oversize answer was failed before it was
+    // Changed: an oversize answer was failed before it was
     // classified (unexpected_answer on a first attempt), so a 503 was not
     // retried and the committed 201 was failed.
     const s = await setup(t);
@@ -858,7 +858,7 @@ void t.test(
 );
 
 void t.test(
-  'a server Date far from the local clock holds every intent, attempted or not (F1, R1)',
+  'a server Date far from the local clock holds every intent, attempted or not',
   async (t) => {
     const H = 3_600_000;
     let serverNow = START + 24 * H + 10 * 60_000;
@@ -873,7 +873,7 @@ void t.test(
     // margin). At the real START + 24h10m the clock says START + 22h10m.
     s.clock.now = START + 22 * H + 10 * 60_000;
     // An intent with no attempt in this outbox may still have been sent: a
-    // restored snapshot of the outbox, or a key the caller sent before (R1).
+    // restored snapshot of the outbox, or a key the caller sent before.
     const fresh = s.outbox.enqueue(transfer(2, ['2'])).intent;
     s.script.push(json(201, { id: 't2' }));
     const report = await s.sender.drain();
@@ -915,7 +915,7 @@ void t.test(
 );
 
 void t.test(
-  'a drain whose server sent no readable Date holds every intent with an attempt behind it (R2)',
+  'a drain whose server sent no readable Date holds every intent with an attempt behind it',
   async (t) => {
     // GET /api/v1/me answers without Date (a gateway that drops it): the
     // age of a key sent before cannot be checked on the server clock.
@@ -936,26 +936,23 @@ void t.test(
   },
 );
 
-void t.test(
-  'a server Date far ahead of the local clock stops a repeat of the key (finding 5)',
-  async (t) => {
-    // The original finding 5: the local clock far behind the server. The
-    // answer's Date says 23.5 hours have passed, the clock says none; the
-    // repeat is not sent, whichever clock is right.
-    const s = await setup(t);
-    const { intent } = s.outbox.enqueue(transfer(1));
-    const later = new Date(START + 23.5 * 3_600_000).toUTCString();
-    s.script.push(json(503, { code: 'service_unavailable' }, { date: later }), json(201, {}));
-    const report = await s.sender.drain();
-    t.equal(s.seen.length, 1, 'not sent again once the server said 23.5 hours have passed');
-    t.match(s.outbox.get(intent.key), { state: 'pending', attempts: 1 });
-    t.equal(report.stoppedBy, 'clock_disagreement');
-    t.match(report.halt, /2026-06-02T09:30:00\.000Z/);
-  },
-);
+void t.test('a server Date far ahead of the local clock stops a repeat of the key', async (t) => {
+  // The local clock far behind the server. The
+  // answer's Date says 23.5 hours have passed, the clock says none; the
+  // repeat is not sent, whichever clock is right.
+  const s = await setup(t);
+  const { intent } = s.outbox.enqueue(transfer(1));
+  const later = new Date(START + 23.5 * 3_600_000).toUTCString();
+  s.script.push(json(503, { code: 'service_unavailable' }, { date: later }), json(201, {}));
+  const report = await s.sender.drain();
+  t.equal(s.seen.length, 1, 'not sent again once the server said 23.5 hours have passed');
+  t.match(s.outbox.get(intent.key), { state: 'pending', attempts: 1 });
+  t.equal(report.stoppedBy, 'clock_disagreement');
+  t.match(report.halt, /2026-06-02T09:30:00\.000Z/);
+});
 
 void t.test(
-  'a path that resolves to another origin is never sent, nor the token with it (F2)',
+  'a path that resolves to another origin is never sent, nor the token with it',
   async (t) => {
     const s = await setup(t);
     const other = await scripted(t);

@@ -1,0 +1,132 @@
+/**
+ * The rule that an equal intent whose result was never reported is not
+ * stated again, held by the library: the outbox finds such an intent with
+ * one indexed query, and `LedgerClient` refuses to state an equal one
+ * without a key of the caller's or `again`. On real node:sqlite files;
+ * nothing is sent.
+ */
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+import t, { type Test } from 'tap';
+import { EqualIntentError, LedgerClient, intentVerdict, transferIntent } from './client.js';
+import { Outbox, UNREPORTED_EQUAL_SQL } from './outbox.js';
+
+const A = '0190f2a4-1b2c-7d3e-8f40-123456789abc';
+const B = '0190f2a4-1b2c-7d3e-8f40-123456789abd';
+const BODY = { from_account_id: A, to_account_id: B, amount: 5 };
+
+async function tempFile(t: Test): Promise<string> {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'client-guard-'));
+  t.teardown(() => fs.rm(dir, { recursive: true, force: true }));
+  return path.join(dir, 'outbox.sqlite');
+}
+
+function open(file: string): LedgerClient {
+  return LedgerClient.open({
+    file,
+    baseUrl: 'http://127.0.0.1:3999',
+    token: 'tok',
+    ttlMarginMs: 3_600_000,
+    timeoutMs: 1_000,
+    concurrency: 1,
+    backoff: { baseMs: 10, capMs: 100, maxRetryAfterMs: 1_000 },
+  });
+}
+
+const done = {
+  attempts: 1,
+  state: 'done',
+  failure: null,
+  answer: { status: 201, replayed: false, marked: true, headers: {}, body: '{"id":"t"}' },
+  now: 5,
+} as const;
+
+void t.test('the outbox finds an equal unreported intent, by an index', async (t) => {
+  const file = await tempFile(t);
+  const outbox = Outbox.open(file);
+  const wanted = transferIntent(BODY);
+  t.equal(outbox.unreportedEqual(wanted), undefined, 'none in a new outbox');
+  const { intent } = outbox.enqueue(wanted);
+  t.equal(outbox.unreportedEqual(wanted)?.key, intent.key, 'pending');
+  t.equal(
+    outbox.unreportedEqual(transferIntent({ ...BODY, amount: 6 })),
+    undefined,
+    'another body is not equal',
+  );
+  t.equal(
+    outbox.unreportedEqual(transferIntent(BODY, { independent: true }))?.key,
+    intent.key,
+    'lanes do not make it another request',
+  );
+  outbox.recordFinal(intent.seq, done);
+  t.equal(outbox.unreportedEqual(wanted)?.key, intent.key, 'settled, not reported');
+  outbox.markReported(intent.seq, 6);
+  t.equal(outbox.unreportedEqual(wanted), undefined, 'reported');
+  outbox.close();
+
+  const db = new DatabaseSync(file);
+  t.teardown(() => {
+    db.close();
+  });
+  const plan = db
+    .prepare(`explain query plan ${UNREPORTED_EQUAL_SQL}`)
+    .all('createTransfer', '/api/v1/transfers', 'POST', '{}')
+    .map((r) => String(r['detail']))
+    .join('; ');
+  t.match(plan, /USING INDEX intents_unreported/, plan);
+});
+
+void t.test('LedgerClient refuses an equal intent never reported', async (t) => {
+  const file = await tempFile(t);
+  const client = open(file);
+  t.teardown(() => {
+    client.close();
+  });
+  const first = client.transfer(BODY);
+  const refused = t.throws(() => client.transfer(BODY), EqualIntentError) as EqualIntentError;
+  t.equal(refused.intent.key, first.key, 'names the intent');
+  t.match(refused.message, new RegExp(`${first.key}.*pending`));
+  t.equal(client.outbox.list().length, 1, 'nothing stated');
+
+  const second = client.transfer(BODY, { again: true });
+  t.not(second.key, first.key, 'again states a second one');
+  const key = '0190f2a4-1b2c-7d3e-8f40-000000000009';
+  t.equal(client.transfer(BODY, { key }).key, key, "a caller's key is not refused");
+  t.equal(client.transfer(BODY, { key }).key, key, 'and names its intent again');
+  t.equal(
+    client.state(transferIntent(BODY, { key })).created,
+    false,
+    'state tells an existing one',
+  );
+
+  for (const intent of client.outbox.list()) client.outbox.recordFinal(intent.seq, done);
+  t.throws(() => client.transfer(BODY), EqualIntentError, 'settled, not reported');
+  for (const intent of client.outbox.list()) client.report(intent);
+  t.equal(client.outbox.list().length, 3);
+  const third = client.transfer(BODY);
+  t.equal(client.outbox.list().length, 4, 'every equal one reported: stated');
+  t.equal(intentVerdict(third), 'pending');
+  client.report(third);
+  t.equal(client.outbox.get(third.key)?.reportedAt, null, 'a pending intent is not reported');
+});
+
+void t.test('the verdict of an intent', (t) => {
+  const outbox = { state: 'done', failure: null } as const;
+  const answer = (status: number, marked: boolean | null) => ({
+    status,
+    replayed: false,
+    marked,
+    headers: {},
+    body: '{}',
+  });
+  const of = (x: object) =>
+    intentVerdict({ ...outbox, ...x } as unknown as Parameters<typeof intentVerdict>[0]);
+  t.equal(of({ answer: answer(201, true) }), 'ok');
+  t.equal(of({ answer: answer(404, true) }), 'rejected');
+  t.equal(of({ answer: answer(404, null) }), 'failed', 'an unmarked refusal is not certain');
+  t.equal(of({ state: 'failed', failure: 'expired', answer: null }), 'failed');
+  t.equal(of({ state: 'pending', answer: null }), 'pending');
+  t.end();
+});
