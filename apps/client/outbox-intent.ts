@@ -102,6 +102,13 @@ export interface Intent {
    */
   readonly unmarkedAnswer: boolean;
   /**
+   * The shortest key lifetime known since just before the intent's first
+   * attempt, in milliseconds (null before it): its key's row, if the
+   * server kept one, expires no later than that after the server's first
+   * sight of it, whatever longer lifetime the server tells later.
+   */
+  readonly keyLifetimeMs: number | null;
+  /**
    * The final answer, for `done` and for `failed` with key_reuse,
    * unexpected_answer or outcome_unknown.
    */

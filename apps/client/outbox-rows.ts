@@ -134,6 +134,7 @@ export function parseRow(file: string, row: Row): Intent {
     serverAnchor: row['server_anchor'] === null ? null : int('server_anchor'),
     lastError: row['last_error'] === null ? null : text('last_error'),
     unmarkedAnswer: int('unmarked') === 1,
+    keyLifetimeMs: row['key_lifetime_ms'] === null ? null : int('key_lifetime_ms'),
     answer,
     finishedAt: row['finished_at'] === null ? null : int('finished_at'),
     reportedAt: row['reported_at'] === null ? null : int('reported_at'),

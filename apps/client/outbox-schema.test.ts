@@ -1,7 +1,7 @@
 /**
  * The outbox's schema versions on real files: a file of schema version 1
  * or 2 (made here with that version's own SQL, as the client of then wrote
- * it) is migrated to version 4 when it is opened, in one transaction, with
+ * it) is migrated to version 5 when it is opened, in one transaction, with
  * every row kept as it was; a migration that meets a broken foreign key is
  * refused and leaves the file as it was.
  */
@@ -258,7 +258,7 @@ void t.test('a version 1 file is migrated on open with its rows unchanged', asyn
     'every other row is as it was, column by column',
   );
   t.same(after.lanes, before.lanes, 'the lanes are as they were');
-  t.equal(after.version, '4');
+  t.equal(after.version, '5');
   t.match(after.table, /outcome_unknown/, 'the new check allows the new reason');
   t.same(
     after.indexes.sort(),
@@ -271,7 +271,7 @@ void t.test('a version 1 file is migrated on open with its rows unchanged', asyn
     'a replay was marked; an earlier first answer is not known to have been',
   );
   const again = Outbox.open(file);
-  t.equal(again.list().length, 5, 'a version 4 file opens without a migration');
+  t.equal(again.list().length, 5, 'a version 5 file opens without a migration');
   again.close();
 });
 
@@ -300,7 +300,7 @@ void t.test('a migration that meets a broken foreign key leaves the file as it w
   kept.close();
 });
 
-void t.test('a new file has the version 4 schema', async (t) => {
+void t.test('a new file has the version 5 schema', async (t) => {
   const file = await tempFile(t);
   const outbox = Outbox.open(file);
   const { intent } = outbox.enqueue({ operation: 'x', method: 'POST', path: '/x', lanes: [] });
@@ -318,7 +318,7 @@ void t.test('a new file has the version 4 schema', async (t) => {
   });
   outbox.close();
   const s = snapshot(file);
-  t.equal(s.version, '4');
+  t.equal(s.version, '5');
   t.same(s.answers, [{ seq: 1, marked: 0, attempt_started_at: null }]);
 });
 
@@ -347,7 +347,7 @@ create table intents (
   finished_at integer
 ) strict;`;
 
-void t.test('a version 2 file is migrated to version 4 with its rows unchanged', async (t) => {
+void t.test('a version 2 file is migrated to version 5 with its rows unchanged', async (t) => {
   const file = await tempFile(t);
   const db = new DatabaseSync(file);
   db.exec('pragma journal_mode = wal');
@@ -390,7 +390,7 @@ void t.test('a version 2 file is migrated to version 4 with its rows unchanged',
   ]);
   outbox.close();
   const after = snapshot(file);
-  t.equal(after.version, '4');
+  t.equal(after.version, '5');
   t.match(after.table, /server_anchor/);
   t.same(after.foreignKeyProblems, []);
   const kept = new DatabaseSync(file);
@@ -433,5 +433,39 @@ void t.test(
       { seq: 1, state: 'pending', reportedAt: null },
       { seq: 2, state: 'done', reportedAt: 1_200 },
     ]);
+  },
+);
+
+void t.test(
+  'a version 4 file gains the key lifetime column in place, its rows unchanged, and its intents keep the shortest lifetime they were attempted under',
+  async (t) => {
+    const file = await tempFile(t);
+    const made = Outbox.open(file, { clock: () => 1_000 });
+    const { intent } = made.enqueue({ operation: 'op', method: 'POST', path: '/x', body: {} });
+    made.close();
+    // Back to what version 4 wrote.
+    const v4 = new DatabaseSync(file);
+    v4.exec('alter table intents drop column key_lifetime_ms');
+    v4.exec(`update meta set value = '4' where name = 'schema_version'`);
+    const before = v4.prepare('select * from intents').all();
+    v4.close();
+    const outbox = Outbox.open(file, { clock: () => 2_000 });
+    t.equal(outbox.get(intent.key)?.keyLifetimeMs, null, 'none recorded before');
+    outbox.recordAttempt(intent.seq, 1, 2_000, undefined, 86_400_000);
+    t.equal(outbox.get(intent.key)?.keyLifetimeMs, 86_400_000, 'the first attempt records it');
+    outbox.recordAttempt(intent.seq, 2, 3_000, undefined, 172_800_000);
+    t.equal(outbox.get(intent.key)?.keyLifetimeMs, 86_400_000, 'a longer one later: kept');
+    outbox.recordAttempt(intent.seq, 3, 4_000, undefined, 3_600_000);
+    t.equal(outbox.get(intent.key)?.keyLifetimeMs, 3_600_000, 'a shorter one: taken');
+    outbox.recordAttempt(intent.seq, 4, 5_000);
+    t.equal(outbox.get(intent.key)?.keyLifetimeMs, 3_600_000, 'none known: kept');
+    outbox.close();
+    const after = new DatabaseSync(file, { readOnly: true });
+    t.equal(
+      after.prepare(`select value from meta where name = 'schema_version'`).get()?.['value'],
+      '5',
+    );
+    t.equal(before.length, 1);
+    after.close();
   },
 );

@@ -10,8 +10,11 @@
  * `Idempotent-Replay`, repeated once; a second one in a row is an unknown
  * outcome), which version 3 kept as a prefix of `last_error`, and the
  * partial index `intents_unreported` over the intents whose result no
- * command printed (the guard against stating an equal one again). A version
- * 1, 2 or 3 file is migrated when it is opened,
+ * command printed (the guard against stating an equal one again). Version 5
+ * adds the shortest key lifetime known since just before the intent's first
+ * attempt (`key_lifetime_ms`): a server that says later it keeps keys
+ * longer may have kept this key only as long as it said then. A version
+ * 1, 2, 3 or 4 file is migrated when it is opened,
  * in the opener's transaction: SQLite cannot alter a CHECK, so the intents
  * move to a new table by the procedure of the SQLite documentation ("Making
  * Other Kinds Of Table Schema Changes": create the new table, copy, drop
@@ -23,7 +26,7 @@ import type { DatabaseSync } from 'node:sqlite';
 import { OutboxOpenError } from './outbox-errors.js';
 
 /** The schema version this client writes. */
-export const SCHEMA_VERSION = '4';
+export const SCHEMA_VERSION = '5';
 
 /** The failure reasons the schema allows, in the order they were added. */
 export const FAILURES: readonly string[] = [
@@ -55,6 +58,7 @@ create table ${name} (
   replayed integer,
   marked integer check (marked in (0, 1)),
   unmarked integer not null default 0 check (unmarked in (0, 1)),
+  key_lifetime_ms integer,
   answer_headers text,
   answer_body text,
   finished_at integer
@@ -86,11 +90,11 @@ create table intent_lanes (
 insert into meta (name, value) values ('schema_version', '${SCHEMA_VERSION}');
 `;
 
-/** The columns of version 1's intents, all kept by versions 2, 3 and 4. */
+/** The columns of version 1's intents, all kept by versions 2 to 5. */
 const V1_COLUMNS =
   'seq, key, operation, method, path, body, lanes, created_at, state, failure, attempts, next_attempt_at, last_error, status, replayed, answer_headers, answer_body, finished_at';
 
-/** The columns of version 2's intents, all kept by versions 3 and 4. */
+/** The columns of version 2's intents, all kept by versions 3 to 5. */
 const V2_COLUMNS = `${V1_COLUMNS}, marked, attempt_started_at`;
 
 /**
@@ -124,7 +128,17 @@ const COPY: Record<string, string> = {
 const FROM_V3 = `
 alter table intents add column unmarked integer not null default 0 check (unmarked in (0, 1));
 update intents set unmarked = 1 where ${V3_UNMARKED};
+alter table intents add column key_lifetime_ms integer;
 ${UNREPORTED_INDEX}
+update meta set value = '${SCHEMA_VERSION}' where name = 'schema_version';
+`;
+
+/**
+ * From version 4: the lifetime column is added in place; an intent sent
+ * before has none recorded, and the lifetime in force is used for it.
+ */
+const FROM_V4 = `
+alter table intents add column key_lifetime_ms integer;
 update meta set value = '${SCHEMA_VERSION}' where name = 'schema_version';
 `;
 
@@ -204,6 +218,10 @@ export function prepareSchema(db: DatabaseSync, file: string, create: boolean): 
       db.exec(`update intents set reported_at = finished_at where state <> 'pending'`);
     }
     db.exec(FROM_V3);
+    return;
+  }
+  if (from === '4') {
+    db.exec(FROM_V4);
     return;
   }
   throw new OutboxOpenError(

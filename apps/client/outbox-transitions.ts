@@ -70,6 +70,8 @@ function change(
  * @param attempts the attempts made so far, this one included.
  * @param now the current time in milliseconds since the epoch.
  * @param serverTime the server's time now, when known.
+ * @param keyLifetimeMs the key lifetime in force now, when known; the
+ *   intent keeps the shortest it was attempted under.
  * @throws OutboxError when no pending intent has that number.
  */
 export function attemptStarted(
@@ -79,6 +81,7 @@ export function attemptStarted(
   attempts: number,
   now: number,
   serverTime: number | undefined,
+  keyLifetimeMs?: number,
 ): void {
   change(
     db,
@@ -86,9 +89,10 @@ export function attemptStarted(
     seq,
     `update intents set attempts = ?, attempt_started_at = ?,
             server_anchor = case when attempts = 0 and attempt_started_at is null
-                                 then coalesce(server_anchor, ?) else server_anchor end
+                                 then coalesce(server_anchor, ?) else server_anchor end,
+            key_lifetime_ms = min(coalesce(key_lifetime_ms, ?), coalesce(?, key_lifetime_ms))
       where seq = ? and state = 'pending'`,
-    [attempts, now, serverTime ?? null, seq],
+    [attempts, now, serverTime ?? null, keyLifetimeMs ?? null, keyLifetimeMs ?? null, seq],
     now,
   );
 }

@@ -67,69 +67,70 @@ async function tempFile(t: Test): Promise<string> {
   return path.join(dir, 'outbox.sqlite');
 }
 
-void t.test(
-  'a version 3 file upgrades to version 4: an unmarked last answer becomes a column',
-  async (t) => {
-    const file = await tempFile(t);
-    const db = new DatabaseSync(file);
-    db.exec('pragma journal_mode = wal');
-    db.exec(V3_SCHEMA);
-    const insert = db.prepare(
-      `insert into intents (key, operation, method, path, body, lanes, created_at, state,
+void t.test('a version 3 file upgrades: an unmarked last answer becomes a column', async (t) => {
+  const file = await tempFile(t);
+  const db = new DatabaseSync(file);
+  db.exec('pragma journal_mode = wal');
+  db.exec(V3_SCHEMA);
+  const insert = db.prepare(
+    `insert into intents (key, operation, method, path, body, lanes, created_at, state,
          attempts, last_error, reported_at)
        values (?, 'createTransfer', 'POST', '/api/v1/transfers', ?, '[]', 1_000, ?, 1, ?, ?)`,
-    );
-    insert.run(
-      KEYS[0] ?? '',
-      BODY,
-      'pending',
-      "unmarked answer: 201 without Idempotent-Replay, not the key's answer: repeated once with the same key",
-      null,
-    );
-    insert.run(KEYS[1] ?? '', BODY, 'pending', '503 service_unavailable', null);
-    insert.run(KEYS[2] ?? '', BODY, 'failed', 'unmarked answer: 201 ...', 1_200);
-    const before = db.prepare('select * from intents order by seq').all();
-    db.close();
+  );
+  insert.run(
+    KEYS[0] ?? '',
+    BODY,
+    'pending',
+    "unmarked answer: 201 without Idempotent-Replay, not the key's answer: repeated once with the same key",
+    null,
+  );
+  insert.run(KEYS[1] ?? '', BODY, 'pending', '503 service_unavailable', null);
+  insert.run(KEYS[2] ?? '', BODY, 'failed', 'unmarked answer: 201 ...', 1_200);
+  const before = db.prepare('select * from intents order by seq').all();
+  db.close();
 
-    const outbox = Outbox.open(file);
-    t.same(
-      outbox.list().map((i) => i.unmarkedAnswer),
-      [true, false, false],
-      'a pending intent whose last error said so has an unmarked last answer',
-    );
-    outbox.close();
+  const outbox = Outbox.open(file);
+  t.same(
+    outbox.list().map((i) => i.unmarkedAnswer),
+    [true, false, false],
+    'a pending intent whose last error said so has an unmarked last answer',
+  );
+  outbox.close();
 
-    const after = new DatabaseSync(file);
-    t.equal(
-      after.prepare(`select value from meta where name = 'schema_version'`).get()?.['value'],
-      '4',
-    );
-    t.same(
-      after
-        .prepare('select * from intents order by seq')
-        .all()
-        .map((r) => Object.fromEntries(Object.entries(r).filter(([k]) => k !== 'unmarked'))),
-      before,
-      'every other column is as it was',
-    );
-    t.same(
-      after
-        .prepare(`select name from sqlite_master where type = 'index' and tbl_name = 'intents'`)
-        .all()
-        .map((r) => String(r['name']))
-        .sort(),
-      ['intents_pending', 'intents_unreported', 'sqlite_autoindex_intents_1'],
-    );
-    t.throws(
-      () => {
-        after.exec(`update intents set unmarked = 2 where seq = 1`);
-      },
-      /CHECK constraint/,
-      'the column holds 0 or 1',
-    );
-    after.close();
-  },
-);
+  const after = new DatabaseSync(file);
+  t.equal(
+    after.prepare(`select value from meta where name = 'schema_version'`).get()?.['value'],
+    '5',
+  );
+  t.same(
+    after
+      .prepare('select * from intents order by seq')
+      .all()
+      .map((r) =>
+        Object.fromEntries(
+          Object.entries(r).filter(([k]) => k !== 'unmarked' && k !== 'key_lifetime_ms'),
+        ),
+      ),
+    before,
+    'every other column is as it was',
+  );
+  t.same(
+    after
+      .prepare(`select name from sqlite_master where type = 'index' and tbl_name = 'intents'`)
+      .all()
+      .map((r) => String(r['name']))
+      .sort(),
+    ['intents_pending', 'intents_unreported', 'sqlite_autoindex_intents_1'],
+  );
+  t.throws(
+    () => {
+      after.exec(`update intents set unmarked = 2 where seq = 1`);
+    },
+    /CHECK constraint/,
+    'the column holds 0 or 1',
+  );
+  after.close();
+});
 
 void t.test('the column, not the text of the last error, records an unmarked answer', async (t) => {
   const file = await tempFile(t);

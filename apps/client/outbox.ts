@@ -217,10 +217,19 @@ export class Outbox {
    *   attempt (no attempt counted or cut off before) and it has none yet:
    *   a server time seen at a later attempt may be after the server's first
    *   sight of the key, and would understate its age.
+   * @param keyLifetimeMs the key lifetime in force now, when known: the
+   *   intent keeps the shortest one it was attempted under
+   *   ({@link Intent.keyLifetimeMs}).
    * @throws OutboxError when no pending intent has that number.
    */
-  recordAttempt(seq: number, attempts: number, now: number, serverTime?: number): void {
-    attemptStarted(this.open, this.file, seq, attempts, now, serverTime);
+  recordAttempt(
+    seq: number,
+    attempts: number,
+    now: number,
+    serverTime?: number,
+    keyLifetimeMs?: number,
+  ): void {
+    attemptStarted(this.open, this.file, seq, attempts, now, serverTime, keyLifetimeMs);
   }
 
   /**

@@ -54,7 +54,10 @@ export async function attempt(
   state: DrainState,
 ): Promise<{ reason: 'unauthenticated'; detail: string } | undefined> {
   const { outbox, ttlMarginMs } = ctx.options;
-  const keyTtlMs = ctx.server.keyLifetimeMs();
+  // Never longer than the lifetime its earlier attempts went out under: a
+  // server that keeps keys longer now kept this one as long as it said then.
+  const inForceMs = ctx.server.keyLifetimeMs();
+  const keyTtlMs = Math.min(inForceMs, intent.keyLifetimeMs ?? Infinity);
   // Before the age: while the clocks disagree, neither age can be trusted
   // to show a key the server still keeps.
   if (ctx.server.hold(intent, state)) return undefined;
@@ -96,6 +99,7 @@ export async function attempt(
     attempt,
     started,
     serverNow === undefined ? undefined : Math.round(serverNow),
+    inForceMs,
   );
   ctx.emit({
     type: 'attempt',
