@@ -416,6 +416,55 @@ void t.test('a connection with too many requests awaiting answers is closed', as
   t.equal(two.split('HTTP/1.1 200').length - 1, 2, 'two pipelined requests are both answered');
 });
 
+void t.test(
+  'requests over the pipelining limit are never parsed, the close told once',
+  async (t) => {
+    const lines: Record<string, unknown>[] = [];
+    const stream = {
+      write: (line: string) => {
+        lines.push(JSON.parse(line) as Record<string, unknown>);
+      },
+    };
+    const metrics = new InMemoryMetrics();
+    const app = await createHttpServer(
+      serverOptions({
+        logger: createLogger({ appName: 'svc', level: 'info', stream }),
+        metrics,
+        maxPipelinedRequests: 2,
+      }),
+    );
+    app.get('/api/v1/things/:id', () => Promise.resolve({ id: 'thing' }));
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    t.teardown(() => app.close());
+    const port = (app.server.address() as net.AddressInfo).port;
+    // Node.js's own count of the requests it parsed and dispatched.
+    let parsed = 0;
+    app.server.on('request', () => parsed++);
+    const one = 'GET /api/v1/things/a HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice\r\n\r\n';
+    await raw(port, one.repeat(300));
+    t.ok(parsed <= 2, `at most the limit parsed, of 300 in one write (${String(parsed)})`);
+    const told = lines.filter((l) => l['msg'] === 'pipelining limit: connection closed');
+    t.equal(told.length, 1, 'one log line for the connection');
+    t.equal(metrics.value('http_pipelining_closed_total'), 1, 'counted once');
+  },
+);
+
+void t.test('a body holding a blank line is not taken for a pipelined request', async (t) => {
+  const { app, runs } = await server(t, 10_000, 1);
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const port = (app.server.address() as net.AddressInfo).port;
+  const body = '{\r\n\r\n"a":\r\n\r\n1}';
+  const answer = await raw(
+    port,
+    'POST /api/v1/echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice\r\n' +
+      `Content-Type: application/json\r\nContent-Length: ${String(body.length)}\r\n` +
+      `Connection: close\r\n\r\n${body}`,
+  );
+  t.match(answer, /^HTTP\/1\.1 200 /, 'answered');
+  t.match(answer, /"got":\{"a":1\}/, 'with the whole body');
+  t.equal(runs.n, 1);
+});
+
 void t.test('a CONNECT whose client resets at once crashes nothing (review)', async (t) => {
   const { app } = await server(t);
   await app.listen({ host: '127.0.0.1', port: 0 });

@@ -38,7 +38,7 @@ import {
   unmetExpectationHandler,
 } from './refusals.js';
 import { jsonBodyParser } from './body.js';
-import { pipeliningGuard } from './limits.js';
+import { guardPipelinedReads, pipeliningGuard } from './limits.js';
 import { registerProbes } from './probes.js';
 import { registerAuthenticationAndRateLimit } from './rate-limit.js';
 import { toAppError } from './problems.js';
@@ -217,8 +217,24 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, jsonBodyParser);
 
   // Before anything else: a connection with too many requests awaiting
-  // answers is closed, the request not run.
-  app.addHook('onRequest', pipeliningGuard(options.maxPipelinedRequests ?? 16));
+  // answers is closed, the request over the limit never parsed (read
+  // guard) or, should one get through, never run (the hook). One line and
+  // one count per connection, not per request: a flood of pipelined
+  // requests must not turn into a flood of log.
+  const maxPipelined = options.maxPipelinedRequests ?? 16;
+  const pipeliningClosed = options.metrics.counter(
+    'http_pipelining_closed_total',
+    'Connections closed for sending a request while http.max_pipelined_requests awaited answers.',
+    [],
+  );
+  guardPipelinedReads(app.server, maxPipelined, ({ socket, waiting, unparsedBytes }) => {
+    pipeliningClosed.inc();
+    options.logger.info(
+      { remoteAddress: socket.remoteAddress, waiting, unparsed_bytes: unparsedBytes },
+      'pipelining limit: connection closed',
+    );
+  });
+  app.addHook('onRequest', pipeliningGuard(maxPipelined));
 
   // Stage 1, correlation: echo the id and open the request context.
   app.addHook('onRequest', (req, reply, done) => {
