@@ -465,6 +465,40 @@ void t.test('a body holding a blank line is not taken for a pipelined request', 
   t.equal(runs.n, 1);
 });
 
+void t.test('a client still writing a body over the limit reads the 413', async (t) => {
+  const { app, runs } = await server(t);
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const port = (app.server.address() as net.AddressInfo).port;
+  // Loopback takes about 4 MiB before a writer blocks: past that, a close
+  // at once reached the client as EPIPE ("fetch failed"), not the answer.
+  for (const size of [1, 4, 8, 12]) {
+    const res = await fetch(`http://127.0.0.1:${String(port)}/api/v1/echo`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer alice', 'content-type': 'application/json' },
+      body: Buffer.alloc(size * 2 ** 20, 32),
+    });
+    t.equal(res.status, 413, `${String(size)} MiB: 413`);
+    t.equal(((await res.json()) as { code?: string }).code, 'payload_too_large');
+    // And sent without a length (chunked), so the limit is met while reading.
+    const piece = Buffer.alloc(2 ** 16, 32);
+    let left = size * 16;
+    const stream = new ReadableStream<Uint8Array>({
+      pull: (controller) => {
+        if (left-- > 0) controller.enqueue(piece);
+        else controller.close();
+      },
+    });
+    const chunked = await fetch(`http://127.0.0.1:${String(port)}/api/v1/echo`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer alice', 'content-type': 'application/json' },
+      body: stream,
+      duplex: 'half',
+    });
+    t.equal(chunked.status, 413, `${String(size)} MiB chunked: 413`);
+  }
+  t.equal(runs.n, 0, 'no handler ran');
+});
+
 void t.test('a CONNECT whose client resets at once crashes nothing (review)', async (t) => {
   const { app } = await server(t);
   await app.listen({ host: '127.0.0.1', port: 0 });

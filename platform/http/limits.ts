@@ -58,6 +58,49 @@ export interface PipeliningClose {
   readonly unparsedBytes: number;
 }
 
+/**
+ * What a connection closed in the middle of its request body may still send
+ * before it is cut: bytes read and thrown away, unparsed, after the answer.
+ */
+export const LINGER_BYTES = 16 * 2 ** 20;
+/** How long such a connection is read from at most, in milliseconds. */
+export const LINGER_MS = 5000;
+
+/** Connections to close by a lingering close, their budget of bytes left. */
+const lingering = new WeakMap<Socket, { left: number }>();
+
+/**
+ * Makes the close that follows this connection's answer a lingering close.
+ * A client still writing its body when the server answers (a 413 for a
+ * body over the limit) and closes at once gets a reset: its system drops
+ * the answer it had received, and the client sees only a write error
+ * (EPIPE) and retries blindly. So the answer is sent, the server's side
+ * is shut (FIN), and what the client still sends is read and thrown away,
+ * never parsed, up to {@link LINGER_BYTES} or for {@link LINGER_MS}
+ * (whichever comes first), until the client closes. Needs the connection
+ * to be read through {@link guardPipelinedReads}; elsewhere Node.js's own
+ * close stands.
+ *
+ * @param socket the connection whose answer says `Connection: close`.
+ */
+export function lingerOnClose(socket: Socket): void {
+  if (lingering.has(socket) || socket.destroyed) return;
+  const budget = { left: LINGER_BYTES };
+  // Node.js ends a connection whose answer said close by destroySoon once
+  // the answer is written; this one only shuts its side then.
+  socket.destroySoon = function destroySoonLingering(this: Socket) {
+    lingering.set(socket, budget);
+    const timer = setTimeout(() => socket.destroy(), LINGER_MS);
+    timer.unref();
+    socket.once('close', () => {
+      clearTimeout(timer);
+    });
+    // The client closing its side ends it at once.
+    socket.once('end', () => socket.destroy());
+    socket.end();
+  };
+}
+
 /** The end of a request head: Node.js's parser refuses a bare LF there. */
 const HEAD_END = Buffer.from('\r\n\r\n');
 
@@ -114,6 +157,12 @@ export function guardPipelinedReads(
     lines.set(socket, line);
     socket.removeListener('data', parse);
     const guarded = (chunk: Buffer): void => {
+      const linger = lingering.get(socket);
+      if (linger !== undefined) {
+        linger.left -= chunk.length;
+        if (linger.left < 0) socket.destroy();
+        return;
+      }
       let at = 0;
       while (at < chunk.length) {
         if (socket.destroyed) return;

@@ -38,7 +38,7 @@ import {
   unmetExpectationHandler,
 } from './refusals.js';
 import { jsonBodyParser } from './body.js';
-import { guardPipelinedReads, pipeliningGuard } from './limits.js';
+import { guardPipelinedReads, lingerOnClose, pipeliningGuard } from './limits.js';
 import { registerProbes } from './probes.js';
 import { registerAuthenticationAndRateLimit } from './rate-limit.js';
 import { toAppError } from './problems.js';
@@ -274,6 +274,15 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   // what is true now. The API document and its UI keep @fastify/static's
   // validators (docs/DECISIONS.md).
   app.addHook('onSend', noStoreHook);
+  // An answer that closes the connection before its request's body was
+  // read (a 413, a 415, a refused framing): the close lingers, so a client
+  // still writing reads the answer instead of a reset.
+  app.addHook('onSend', (req, reply, payload, done) => {
+    if (!req.raw.complete && String(reply.getHeader('connection')).toLowerCase() === 'close') {
+      lingerOnClose(req.raw.socket);
+    }
+    done(null, payload);
+  });
   // A read whose ETag the client already holds: 304, no body.
   app.addHook('onSend', notModifiedHook);
 

@@ -15,6 +15,7 @@ import { readdirSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import t from 'tap';
+import { newId } from '../../kernel/ids/index.js';
 import { testDatabase } from '../harness/db.js';
 import { startServerProcess } from '../harness/process.js';
 import { captureStdout } from '../e2e/processes.js';
@@ -363,6 +364,30 @@ void t.test('hostile clients cost bounded memory and sockets, and no 5xx', async
       await served('after path tricks');
     },
   );
+
+  await t.test('a client still writing a body over the limit reads the 413', async (t) => {
+    // Review: a body over http.body_limit was answered and the connection
+    // closed at once, so a client still writing got EPIPE ("fetch failed")
+    // from 4 MiB on, and retried blindly. Up to the amount the server
+    // drains (http-limits.md), the answer is read.
+    for (const size of [2, 4, 8, 12]) {
+      for (const keyed of [false, true]) {
+        const res = await fetch(`http://127.0.0.1:${String(port)}/api/v1/accounts`, {
+          method: 'POST',
+          headers: {
+            authorization: `Bearer ${token}`,
+            'content-type': 'application/json',
+            ...(keyed ? { 'idempotency-key': newId() } : {}),
+          },
+          body: Buffer.alloc(size * 2 ** 20, 32),
+        }).catch((err: unknown) => err as Error);
+        const what = `${String(size)} MiB${keyed ? ', keyed' : ''}`;
+        t.equal(res instanceof Response ? res.status : res.message, 413, `${what}: 413`);
+        if (res instanceof Response) await res.body?.cancel();
+      }
+    }
+    await served('after bodies over the limit');
+  });
 
   t.notOk(
     server.lines.some((l) => typeof l['level'] === 'number' && l['level'] >= 50),
