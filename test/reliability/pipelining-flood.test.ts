@@ -4,7 +4,8 @@
  * requests at once and never reading an answer. What it may cost is stated
  * in docs/operations/http-limits.md: resident memory at most 256 MiB over
  * the idle process, log bytes at most the bytes received, and the token
- * cache still serving afterwards (its heartbeat kept).
+ * cache still serving afterwards (its heartbeat kept). Beside it, an idle
+ * kept-alive connection is closed after `http.keep_alive_timeout`.
  *
  * A process of its own, because the hostile suite caps its connections
  * far below a thousand.
@@ -22,6 +23,8 @@ const CONNECTIONS = 1000;
 const PER_CONNECTION = 400;
 /** The bound http-limits.md states for this flood. */
 const BOUND_MIB = 256;
+/** `http.keep_alive_timeout` of this process. */
+const KEEP_ALIVE_MS = 4000;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -71,7 +74,8 @@ void t.test('a flood of pipelined requests costs bounded memory and log', async 
     HTTP__RATE_LIMIT_MAX: '10000000',
     HTTP__RATE_LIMIT_WINDOW: '1h',
     HTTP__MAX_CONNECTIONS: '1024',
-    HTTP__SOCKET_TIMEOUT: '5s',
+    HTTP__SOCKET_TIMEOUT: '30s',
+    HTTP__KEEP_ALIVE_TIMEOUT: `${String(KEEP_ALIVE_MS)}ms`,
     LOG__LEVEL: 'info',
   });
   t.teardown(() => {
@@ -92,6 +96,18 @@ void t.test('a flood of pipelined requests costs bounded memory and log', async 
     t.equal((await get(agent, port, '/api/v1/me', token)).status, 200, 'served before');
     await get(agent, port, '/docs/json', token);
   }
+  // An idle kept-alive connection, left alone through the flood: closed by
+  // the server after http.keep_alive_timeout, not kept (and not earlier).
+  const kept = net.connect({ host: '127.0.0.1', port, localAddress: '127.0.9.1' });
+  let answeredAt = 0;
+  const keptClosed = new Promise<number>((resolve) => {
+    kept.on('data', () => (answeredAt ||= performance.now()));
+    kept.on('end', () => {
+      resolve(performance.now());
+    });
+    kept.on('error', () => undefined);
+  });
+  kept.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
   await sleep(500);
   const idle = rssOf(pid);
 
@@ -162,6 +178,13 @@ void t.test('a flood of pipelined requests costs bounded memory and log', async 
   const after = await get(agent, port, '/api/v1/me', token);
   t.equal(after.status, 200, 'a well-behaved client is served after the flood');
   t.equal(server.child.exitCode, null, 'the process is still up');
+  const keptFor =
+    (await Promise.race([keptClosed, sleep(20_000).then(() => Number.NaN)])) - answeredAt;
+  t.ok(
+    keptFor >= KEEP_ALIVE_MS - 500 && keptFor < 3 * KEEP_ALIVE_MS,
+    `an idle kept-alive connection closed after http.keep_alive_timeout (${keptFor.toFixed(0)} ms)`,
+  );
+  kept.destroy();
   t.notOk(
     server.lines.some(
       (l) => typeof l['msg'] === 'string' && l['msg'].startsWith('token cache off'),
