@@ -118,8 +118,6 @@ export interface PipeliningClose {
   readonly socket: Socket;
   /** Requests awaiting answers on it when another one arrived. */
   readonly waiting: number;
-  /** Bytes it had sent that were never parsed. */
-  readonly unparsedBytes: number;
 }
 
 /**
@@ -165,27 +163,28 @@ export function lingerOnClose(socket: Socket): void {
   };
 }
 
-/** The end of a request head: Node.js's parser refuses a bare LF there. */
-const HEAD_END = Buffer.from('\r\n\r\n');
+/** Thrown from the request event to stop Node.js's parser in mid-chunk. */
+class OverPipeliningLimit extends Error {}
 
 /**
- * Bounds what a connection's pipelined requests cost before Node.js parses
- * them. Node.js's parser reads a connection in chunks of up to 64 KiB and
- * parses every request in a chunk at once, building a request and an
- * answer object for each (and Fastify its own on top), even once the
- * connection is closed: 1,000 connections each writing 400 requests made
- * the process hold about 500 MiB more. Here the chunk is handed to the
- * parser one request head at a time; once `max` requests await their
- * answers and the last of them has arrived whole, the bytes that follow are
- * another request over the limit: the connection is closed and those bytes
- * are never parsed. So a connection costs at most `max` requests and one
- * chunk read from it. Bytes that continue a request still arriving (its
- * body) are always parsed, so an honest body is never mistaken for a
- * request.
+ * Bounds what a connection's pipelined requests cost before Node.js builds
+ * anything for the requests over the limit. Node.js's parser reads a
+ * connection in chunks of up to 64 KiB and parses every request in a chunk
+ * at once, building a request and an answer object for each (and Fastify
+ * its own on top), even once the connection is closed: 1,000 connections
+ * each writing 400 requests made the process hold 300 to 500 MiB more.
+ * Here the chunk is handed to the parser by this guard, and when a request
+ * arrives while `max` await their answers, the request event throws before
+ * any other listener sees it: the parser stops where it is, the rest of the
+ * chunk is never parsed, and the connection is closed. So a connection
+ * costs at most `max + 1` parsed requests and one chunk read from it; the
+ * parser alone tells heads from bodies, so an honest body is never
+ * mistaken for a request and costs nothing more to read.
  *
  * It relies on how Node.js's HTTP server reads a connection: one `data`
  * listener of its own, installed before the server's `connection` event
- * reaches this one, and the parser on `socket.parser`. A listener added
+ * reaches this one, the parser on `socket.parser`, and an exception from a
+ * parser callback coming back out of the listener's call. A listener added
  * here makes Node.js read through JavaScript instead of its native path
  * (what it does for any `data` listener). On a Node.js that reads
  * otherwise, nothing is changed and {@link pipeliningGuard} alone bounds
@@ -200,14 +199,16 @@ export function guardPipelinedReads(
   max: number,
   onClose: (closed: PipeliningClose) => void,
 ): void {
-  const lines = new WeakMap<Socket, { waiting: number; last: IncomingMessage | undefined }>();
-  // First of the request listeners, so the count is right before Fastify
-  // (or anything) sees the request.
+  const lines = new WeakMap<Socket, { waiting: number; parsing: boolean }>();
+  // First of the request listeners, so the count is right, and a request
+  // over the limit refused, before Fastify (or anything) sees it.
   server.prependListener('request', (req: IncomingMessage, res: ServerResponse) => {
     const line = lines.get(req.socket);
     if (line === undefined) return;
+    // Only inside this guard's own call of the parser, which catches it;
+    // anywhere else the onRequest hook refuses it.
+    if (line.waiting >= max && line.parsing) throw new OverPipeliningLimit();
     line.waiting++;
-    line.last = req;
     res.once('close', () => {
       line.waiting--;
     });
@@ -217,44 +218,28 @@ export function guardPipelinedReads(
     const listeners = socket.listeners('data');
     const parse = listeners[0] as ((chunk: Buffer) => void) | undefined;
     if (parser == null || parse === undefined || listeners.length !== 1) return;
-    const line = { waiting: 0, last: undefined as IncomingMessage | undefined };
+    const line = { waiting: 0, parsing: false };
     lines.set(socket, line);
     socket.removeListener('data', parse);
-    const guarded = (chunk: Buffer): void => {
+    socket.on('data', (chunk: Buffer) => {
       const linger = lingering.get(socket);
       if (linger !== undefined) {
         linger.left -= chunk.length;
         if (linger.left < 0) socket.destroy();
         return;
       }
-      let at = 0;
-      while (at < chunk.length) {
-        if (socket.destroyed) return;
-        if ((socket as { parser?: unknown }).parser !== parser) {
-          // The parser let go of the connection (an upgrade, an error):
-          // what follows is not HTTP for this guard to count.
-          socket.removeListener('data', guarded);
-          socket.unshift(chunk.subarray(at));
-          return;
-        }
-        if (socket.isPaused()) {
-          // Node.js paused reading while answers drain: the rest waits in
-          // the stream and comes back as data when it resumes.
-          socket.unshift(chunk.subarray(at));
-          return;
-        }
-        if (line.waiting >= max && line.last?.complete === true) {
-          socket.destroy();
-          onClose({ socket, waiting: line.waiting, unparsedBytes: chunk.length - at });
-          return;
-        }
-        const end = chunk.indexOf(HEAD_END, at);
-        const next = end === -1 ? chunk.length : end + HEAD_END.length;
-        parse(chunk.subarray(at, next));
-        at = next;
+      line.parsing = true;
+      try {
+        parse(chunk);
+      } catch (err) {
+        if (!(err instanceof OverPipeliningLimit)) throw err;
+        const waiting = line.waiting;
+        socket.destroy();
+        onClose({ socket, waiting });
+      } finally {
+        line.parsing = false;
       }
-    };
-    socket.on('data', guarded);
+    });
   });
 }
 

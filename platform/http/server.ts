@@ -227,10 +227,10 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     'Connections closed for sending a request while http.max_pipelined_requests awaited answers.',
     [],
   );
-  guardPipelinedReads(app.server, maxPipelined, ({ socket, waiting, unparsedBytes }) => {
+  guardPipelinedReads(app.server, maxPipelined, ({ socket, waiting }) => {
     pipeliningClosed.inc();
     options.logger.info(
-      { remoteAddress: socket.remoteAddress, waiting, unparsed_bytes: unparsedBytes },
+      { remoteAddress: socket.remoteAddress, waiting },
       'pipelining limit: connection closed',
     );
   });
