@@ -41,7 +41,7 @@ import { jsonBodyParser } from './body.js';
 import { guardPipelinedReads, lingerOnClose, pipeliningGuard } from './limits.js';
 import { registerProbes } from './probes.js';
 import { registerAuthenticationAndRateLimit } from './rate-limit.js';
-import { toAppError } from './problems.js';
+import { toAppError, VALIDATION_SCAN_LIMIT } from './problems.js';
 import { writeRoutePolicy } from './route-policy.js';
 import './types.js';
 
@@ -108,17 +108,8 @@ export interface HttpServerOptions {
 /** Where the API document's UI is served. */
 export const DOCS_PREFIX = '/docs';
 
-/**
- * How many findings a TypeBox-compiled validator collects before it stops
- * looking. TypeBox's default is 8, and a validator that filters its
- * findings (the ledger's strict one drops the per-member entries of
- * `additionalProperties: false` for the summary entry that comes after
- * them) was left with an empty list once eight unknown members used up the
- * budget. High enough for any honest request, bounded so a body of
- * thousands of wrong members costs no more than a few milliseconds; the
- * answer lists at most MAX_LISTED_FIELD_ERRORS of them (problems.ts).
- */
-export const VALIDATION_SCAN_LIMIT = 1000;
+/** How many findings a validator collects before it stops looking (problems.ts). */
+export { VALIDATION_SCAN_LIMIT };
 
 /**
  * Sends an {@link AppError} as problem+json with its headers.
