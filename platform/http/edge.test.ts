@@ -359,6 +359,16 @@ void t.test('framing a front proxy may read otherwise is refused with a problem'
       'malformed_request',
     ],
     ['CONNECT', 'CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\n\r\n', '#method', 'unsupported'],
+    // A Host that is no host[:port] may name another host to a proxy in front.
+    ['a Host with userinfo', post('Host: a@b\r\nContent-Length: 2\r\n'), '#header/Host', 'invalid'],
+    ['a Host list', post('Host: a, b\r\nContent-Length: 2\r\n'), '#header/Host', 'invalid'],
+    // A fragment never travels in a request (RFC 9112 section 3.2).
+    [
+      'a fragment in the target',
+      post('Host: x\r\nContent-Length: 2\r\n').replace('/api/v1/echo', '/api/v1/echo#frag'),
+      '#path',
+      'invalid',
+    ],
     [
       'HTTP/1.0 with a transfer coding (review)',
       post('Transfer-Encoding: chunked\r\n', '2\r\n{}\r\n0\r\n\r\n').replace(
