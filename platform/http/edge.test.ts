@@ -359,6 +359,16 @@ void t.test('framing a front proxy may read otherwise is refused with a problem'
       'malformed_request',
     ],
     ['CONNECT', 'CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\n\r\n', '#method', 'unsupported'],
+    // A Host that is no host[:port] may name another host to a proxy in front.
+    ['a Host with userinfo', post('Host: a@b\r\nContent-Length: 2\r\n'), '#header/Host', 'invalid'],
+    ['a Host list', post('Host: a, b\r\nContent-Length: 2\r\n'), '#header/Host', 'invalid'],
+    // A fragment never travels in a request (RFC 9112 section 3.2).
+    [
+      'a fragment in the target',
+      post('Host: x\r\nContent-Length: 2\r\n').replace('/api/v1/echo', '/api/v1/echo#frag'),
+      '#path',
+      'invalid',
+    ],
     [
       'HTTP/1.0 with a transfer coding (review)',
       post('Transfer-Encoding: chunked\r\n', '2\r\n{}\r\n0\r\n\r\n').replace(
@@ -414,6 +424,89 @@ void t.test('a connection with too many requests awaiting answers is closed', as
   // Within the limit, pipelining works.
   const two = await raw(port, one + one.replace('\r\n\r\n', '\r\nConnection: close\r\n\r\n'));
   t.equal(two.split('HTTP/1.1 200').length - 1, 2, 'two pipelined requests are both answered');
+});
+
+void t.test(
+  'requests over the pipelining limit are never parsed, the close told once',
+  async (t) => {
+    const lines: Record<string, unknown>[] = [];
+    const stream = {
+      write: (line: string) => {
+        lines.push(JSON.parse(line) as Record<string, unknown>);
+      },
+    };
+    const metrics = new InMemoryMetrics();
+    const app = await createHttpServer(
+      serverOptions({
+        logger: createLogger({ appName: 'svc', level: 'info', stream }),
+        metrics,
+        maxPipelinedRequests: 2,
+      }),
+    );
+    app.get('/api/v1/things/:id', () => Promise.resolve({ id: 'thing' }));
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    t.teardown(() => app.close());
+    const port = (app.server.address() as net.AddressInfo).port;
+    // Node.js's own count of the requests it parsed and dispatched.
+    let parsed = 0;
+    app.server.on('request', () => parsed++);
+    const one = 'GET /api/v1/things/a HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice\r\n\r\n';
+    await raw(port, one.repeat(300));
+    t.ok(parsed <= 2, `at most the limit parsed, of 300 in one write (${String(parsed)})`);
+    const told = lines.filter((l) => l['msg'] === 'pipelining limit: connection closed');
+    t.equal(told.length, 1, 'one log line for the connection');
+    t.equal(metrics.value('http_pipelining_closed_total'), 1, 'counted once');
+  },
+);
+
+void t.test('a body holding a blank line is not taken for a pipelined request', async (t) => {
+  const { app, runs } = await server(t, 10_000, 1);
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const port = (app.server.address() as net.AddressInfo).port;
+  const body = '{\r\n\r\n"a":\r\n\r\n1}';
+  const answer = await raw(
+    port,
+    'POST /api/v1/echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice\r\n' +
+      `Content-Type: application/json\r\nContent-Length: ${String(body.length)}\r\n` +
+      `Connection: close\r\n\r\n${body}`,
+  );
+  t.match(answer, /^HTTP\/1\.1 200 /, 'answered');
+  t.match(answer, /"got":\{"a":1\}/, 'with the whole body');
+  t.equal(runs.n, 1);
+});
+
+void t.test('a client still writing a body over the limit reads the 413', async (t) => {
+  const { app, runs } = await server(t);
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  const port = (app.server.address() as net.AddressInfo).port;
+  // Loopback takes about 4 MiB before a writer blocks: past that, a close
+  // at once reached the client as EPIPE ("fetch failed"), not the answer.
+  for (const size of [1, 4, 8, 12]) {
+    const res = await fetch(`http://127.0.0.1:${String(port)}/api/v1/echo`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer alice', 'content-type': 'application/json' },
+      body: Buffer.alloc(size * 2 ** 20, 32),
+    });
+    t.equal(res.status, 413, `${String(size)} MiB: 413`);
+    t.equal(((await res.json()) as { code?: string }).code, 'payload_too_large');
+    // And sent without a length (chunked), so the limit is met while reading.
+    const piece = Buffer.alloc(2 ** 16, 32);
+    let left = size * 16;
+    const stream = new ReadableStream<Uint8Array>({
+      pull: (controller) => {
+        if (left-- > 0) controller.enqueue(piece);
+        else controller.close();
+      },
+    });
+    const chunked = await fetch(`http://127.0.0.1:${String(port)}/api/v1/echo`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer alice', 'content-type': 'application/json' },
+      body: stream,
+      duplex: 'half',
+    });
+    t.equal(chunked.status, 413, `${String(size)} MiB chunked: 413`);
+  }
+  t.equal(runs.n, 0, 'no handler ran');
 });
 
 void t.test('a CONNECT whose client resets at once crashes nothing (review)', async (t) => {

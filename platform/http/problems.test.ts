@@ -1,6 +1,11 @@
 import t from 'tap';
 import { problem } from '../../kernel/errs/index.js';
-import { fieldErrors, MAX_LISTED_FIELD_ERRORS, toAppError } from './problems.js';
+import {
+  fieldErrors,
+  MAX_LISTED_FIELD_ERRORS,
+  toAppError,
+  VALIDATION_SCAN_LIMIT,
+} from './problems.js';
 
 void t.test('an AppError maps to itself', (t) => {
   const e = problem('not_found', 'No such account.');
@@ -130,6 +135,22 @@ void t.test('a validation error lists a bounded number of entries and counts the
   );
   t.equal(few.errors?.length, MAX_LISTED_FIELD_ERRORS);
   t.equal(few.detail, 'The request is not valid.');
+  t.end();
+});
+
+void t.test('findings that used up the scan budget are counted as a lower bound', (t) => {
+  // The validator stopped looking there: more problems may follow.
+  const full = Array.from({ length: VALIDATION_SCAN_LIMIT }, (_, i) => ({
+    instancePath: `/x${String(i)}`,
+    keyword: 'additionalProperties',
+  }));
+  const e = toAppError(
+    Object.assign(new Error('x'), { statusCode: 400, validationContext: 'body', validation: full }),
+  );
+  t.equal(
+    e.detail,
+    `The request is not valid: at least ${String(VALIDATION_SCAN_LIMIT)} problems, the first ${String(MAX_LISTED_FIELD_ERRORS)} listed.`,
+  );
   t.end();
 });
 

@@ -29,6 +29,15 @@ function framingProblem(detail: string, pointer: string, code: string): AppError
 }
 
 /**
+ * A Host value as RFC 9110 section 7.2 allows it: a registered name, an
+ * IPv4 address or an IPv6 literal in brackets, then an optional port. A
+ * comma is left out though RFC 3986 allows it in a name: a proxy may read
+ * `a,b` as a list of two hosts.
+ */
+const HOST =
+  /^(?:[A-Za-z0-9\-._~!$&'()*+;=]|%[0-9A-Fa-f]{2})+(?::\d*)?$|^\[[0-9A-Fa-f:.]+\](?::\d*)?$/;
+
+/**
  * What this server refuses in a request's framing, before anything reads
  * it, because a proxy in front may read it otherwise (request smuggling,
  * routing by another Host): a version other than HTTP/1.x (Node.js's
@@ -51,6 +60,17 @@ export function framingRefusal(req: IncomingMessage): AppError | undefined {
   }
   if (hosts > 1) {
     return framingProblem('Send one Host header, not several.', '#header/Host', 'duplicate');
+  }
+  const host = req.headers.host;
+  if (host !== undefined && host !== '' && !HOST.test(host)) {
+    // Node.js takes any value; a proxy in front may read `a@b` or `a, b`
+    // as another host than this server does.
+    return framingProblem('The Host header is not a host and port.', '#header/Host', 'invalid');
+  }
+  if (req.url?.includes('#') === true) {
+    // A fragment never travels in a request (RFC 9112 section 3.2): a
+    // target with one is malformed, and servers disagree on where it ends.
+    return framingProblem('The request target holds a fragment (#).', '#path', 'invalid');
   }
   const coding = req.headers['transfer-encoding'];
   // HTTP/1.0 has no transfer codings: a 1.0 message that names one has

@@ -38,10 +38,10 @@ import {
   unmetExpectationHandler,
 } from './refusals.js';
 import { jsonBodyParser } from './body.js';
-import { pipeliningGuard } from './limits.js';
+import { guardPipelinedReads, lingerOnClose, pipeliningGuard } from './limits.js';
 import { registerProbes } from './probes.js';
 import { registerAuthenticationAndRateLimit } from './rate-limit.js';
-import { toAppError } from './problems.js';
+import { toAppError, VALIDATION_SCAN_LIMIT } from './problems.js';
 import { writeRoutePolicy } from './route-policy.js';
 import './types.js';
 
@@ -108,17 +108,8 @@ export interface HttpServerOptions {
 /** Where the API document's UI is served. */
 export const DOCS_PREFIX = '/docs';
 
-/**
- * How many findings a TypeBox-compiled validator collects before it stops
- * looking. TypeBox's default is 8, and a validator that filters its
- * findings (the ledger's strict one drops the per-member entries of
- * `additionalProperties: false` for the summary entry that comes after
- * them) was left with an empty list once eight unknown members used up the
- * budget. High enough for any honest request, bounded so a body of
- * thousands of wrong members costs no more than a few milliseconds; the
- * answer lists at most MAX_LISTED_FIELD_ERRORS of them (problems.ts).
- */
-export const VALIDATION_SCAN_LIMIT = 1000;
+/** How many findings a validator collects before it stops looking (problems.ts). */
+export { VALIDATION_SCAN_LIMIT };
 
 /**
  * Sends an {@link AppError} as problem+json with its headers.
@@ -217,8 +208,24 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, jsonBodyParser);
 
   // Before anything else: a connection with too many requests awaiting
-  // answers is closed, the request not run.
-  app.addHook('onRequest', pipeliningGuard(options.maxPipelinedRequests ?? 16));
+  // answers is closed, the request over the limit never parsed (read
+  // guard) or, should one get through, never run (the hook). One line and
+  // one count per connection, not per request: a flood of pipelined
+  // requests must not turn into a flood of log.
+  const maxPipelined = options.maxPipelinedRequests ?? 16;
+  const pipeliningClosed = options.metrics.counter(
+    'http_pipelining_closed_total',
+    'Connections closed for sending a request while http.max_pipelined_requests awaited answers.',
+    [],
+  );
+  guardPipelinedReads(app.server, maxPipelined, ({ socket, waiting }) => {
+    pipeliningClosed.inc();
+    options.logger.info(
+      { remoteAddress: socket.remoteAddress, waiting },
+      'pipelining limit: connection closed',
+    );
+  });
+  app.addHook('onRequest', pipeliningGuard(maxPipelined));
 
   // Stage 1, correlation: echo the id and open the request context.
   app.addHook('onRequest', (req, reply, done) => {
@@ -258,6 +265,15 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   // what is true now. The API document and its UI keep @fastify/static's
   // validators (docs/DECISIONS.md).
   app.addHook('onSend', noStoreHook);
+  // An answer that closes the connection before its request's body was
+  // read (a 413, a 415, a refused framing): the close lingers, so a client
+  // still writing reads the answer instead of a reset.
+  app.addHook('onSend', (req, reply, payload, done) => {
+    if (!req.raw.complete && String(reply.getHeader('connection')).toLowerCase() === 'close') {
+      lingerOnClose(req.raw.socket);
+    }
+    done(null, payload);
+  });
   // A read whose ETag the client already holds: 304, no body.
   app.addHook('onSend', notModifiedHook);
 

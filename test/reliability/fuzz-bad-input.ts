@@ -1804,7 +1804,10 @@ export function materialize(c: FuzzCase, ctx: FuzzContext): Materialized {
   // The router reads the path before any route: a bad percent escape, or
   // an account id over 100 characters where a route has that parameter
   // (not under /API/, which matches no route at all).
+  // A fragment (#) in the target is refused with the framing, before any
+  // route, with the router's answer (#path).
   const routerRefuses =
+    c.path === 'fragment' ||
     (path.split('?')[0] ?? '').includes('%zz') ||
     (c.id === 'long' &&
       (c.route === 'rename' || c.route === 'readAccount') &&
@@ -1835,8 +1838,7 @@ export function materialize(c: FuzzCase, ctx: FuzzContext): Materialized {
   // A GET's body is not read by its handler, so only head-level framing faults apply.
   if (!spec.hasBody && (isLateFault(framing) || framing.kind === 'shorter'))
     framing = { kind: 'exact' };
-  const routeMatched =
-    ['canonical', 'percentEncoded', 'fragment'].includes(c.path) && c.route !== 'unknown';
+  const routeMatched = ['canonical', 'percentEncoded'].includes(c.path) && c.route !== 'unknown';
   const principalKeyed = (auth === 'alice' || auth === 'bob') && spec.keyed && routeMatched;
   const encode = (bytes: Buffer, f: BodyFraming, extra: readonly RawHeader[] = []) =>
     encodeRequest({

@@ -15,6 +15,7 @@ import { readdirSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import t from 'tap';
+import { newId } from '../../kernel/ids/index.js';
 import { testDatabase } from '../harness/db.js';
 import { startServerProcess } from '../harness/process.js';
 import { captureStdout } from '../e2e/processes.js';
@@ -26,6 +27,8 @@ const MAX_CONNECTIONS = 100;
 const MAX_PIPELINED = 4;
 // High enough that the pipelining case is not stopped by the rate limit first.
 const RATE_LIMIT = 2000;
+/** `http.socket_timeout` of the process under attack. */
+const SOCKET_TIMEOUT_MS = 3000;
 
 /** An answer read from a raw exchange. */
 interface RawExchange {
@@ -120,7 +123,7 @@ void t.test('hostile clients cost bounded memory and sockets, and no 5xx', async
     // One window for the whole run: the anonymous flood counts on it (review).
     HTTP__RATE_LIMIT_WINDOW: '1h',
     HTTP__REQUEST_TIMEOUT: '3s',
-    HTTP__SOCKET_TIMEOUT: '3s',
+    HTTP__SOCKET_TIMEOUT: `${String(SOCKET_TIMEOUT_MS)}ms`,
     HTTP__HEADERS_TIMEOUT: '2s',
     LOG__LEVEL: 'info',
   });
@@ -239,6 +242,7 @@ void t.test('hostile clients cost bounded memory and sockets, and no 5xx', async
       socket.write(request.repeat(MAX_PIPELINED));
       return socket;
     });
+    const started = performance.now();
     await sleep(1000);
     const during = fds() - baselineFds;
     t.ok(
@@ -254,6 +258,15 @@ void t.test('hostile clients cost bounded memory and sockets, and no 5xx', async
       held = fds() - baselineFds;
     }
     t.ok(held <= 2, `closed after http.socket_timeout (${String(held)} held)`);
+    // From the last byte the server could write, not twice that: Node.js
+    // skipped a connection's first timeout while a write of its was queued
+    // (review: 180 s held against 90 s): that is at least two timeouts after
+    // the requests were written.
+    const closedAfter = performance.now() - started;
+    t.ok(
+      closedAfter < 2 * SOCKET_TIMEOUT_MS,
+      `closed ${closedAfter.toFixed(0)} ms after the requests, less than twice the timeout`,
+    );
     for (const s of sockets) s.destroy();
   });
 
@@ -363,6 +376,30 @@ void t.test('hostile clients cost bounded memory and sockets, and no 5xx', async
       await served('after path tricks');
     },
   );
+
+  await t.test('a client still writing a body over the limit reads the 413', async (t) => {
+    // Review: a body over http.body_limit was answered and the connection
+    // closed at once, so a client still writing got EPIPE ("fetch failed")
+    // from 4 MiB on, and retried blindly. Up to the amount the server
+    // drains (http-limits.md), the answer is read.
+    for (const size of [2, 4, 8, 12]) {
+      for (const keyed of [false, true]) {
+        const res = await fetch(`http://127.0.0.1:${String(port)}/api/v1/accounts`, {
+          method: 'POST',
+          headers: {
+            authorization: `Bearer ${token}`,
+            'content-type': 'application/json',
+            ...(keyed ? { 'idempotency-key': newId() } : {}),
+          },
+          body: Buffer.alloc(size * 2 ** 20, 32),
+        }).catch((err: unknown) => err as Error);
+        const what = `${String(size)} MiB${keyed ? ', keyed' : ''}`;
+        t.equal(res instanceof Response ? res.status : res.message, 413, `${what}: 413`);
+        if (res instanceof Response) await res.body?.cancel();
+      }
+    }
+    await served('after bodies over the limit');
+  });
 
   t.notOk(
     server.lines.some((l) => typeof l['level'] === 'number' && l['level'] >= 50),

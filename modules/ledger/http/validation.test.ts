@@ -77,3 +77,31 @@ void t.test('toValidationErrors ignores malformed lists of names', (t) => {
   );
   t.end();
 });
+
+void t.test('unknown members that use up the scan budget are still listed', (t) => {
+  // TypeBox stops after its budget of findings (the server sets 1,000; the
+  // default is 8): one per unknown member comes first, and the summary
+  // that named them came after, so a body of more unknown members than
+  // the budget was refused with nothing listed, or only a missing member.
+  const body: Record<string, unknown> = { amount: 0 };
+  for (let i = 0; i < 1200; i++) body[`u${String(i)}`] = 1;
+  body['x/y'] = 1;
+  const errors = validate(body).error as { keyword: string; instancePath: string }[];
+  t.ok(errors.length >= 8, `listed as far as the budget went (${String(errors.length)})`);
+  t.match(errors[0], {
+    keyword: 'additionalProperties',
+    instancePath: '/u0',
+    params: { additionalProperty: 'u0' },
+  });
+  t.equal(new Set(errors.map((e) => e.instancePath)).size, errors.length, 'each once');
+  t.end();
+});
+
+void t.test('an unknown member named by both kinds of finding is listed once', (t) => {
+  const errors = validate({ amount: 1, 'x/y': 1, z: 2 }).error as { instancePath: string }[];
+  t.same(
+    errors.map((e) => e.instancePath),
+    ['/x~1y', '/z'],
+  );
+  t.end();
+});

@@ -26,12 +26,19 @@ function names(value: unknown): string[] {
   return Array.isArray(value) ? value.filter((v): v is string => typeof v === 'string') : [];
 }
 
+const unescapePointer = (segment: string): string =>
+  segment.replace(/~1/g, '/').replace(/~0/g, '~');
+
 /**
  * Turns TypeBox's findings into one entry per offending member: a missing
  * member gets `missingProperty` (as the default validator reports it), an
- * unknown member its own path, and the `false` schema behind
- * `additionalProperties: false` is left out, since its `additionalProperties`
- * entry says the same.
+ * unknown member its own path, once. TypeBox reports an unknown member
+ * twice: first by the `false` schema behind `additionalProperties: false`
+ * (one finding per member, at the member's path), then in one
+ * `additionalProperties` finding that names them all. The first kind is the
+ * one kept: TypeBox stops after a budget of findings, and with more unknown
+ * members than the budget the naming finding never came, so the body was
+ * refused with none of them listed.
  *
  * @param errors TypeBox's findings.
  * @returns the findings for Fastify's validation error.
@@ -40,8 +47,30 @@ export function toValidationErrors(
   errors: readonly TypeBoxError[],
 ): FastifySchemaValidationError[] {
   const out: FastifySchemaValidationError[] = [];
+  const unknown = new Set<string>();
+  const addUnknown = (instancePath: string, name: string, schemaPath: string): void => {
+    if (unknown.has(instancePath)) return;
+    unknown.add(instancePath);
+    out.push({
+      keyword: 'additionalProperties',
+      instancePath,
+      schemaPath,
+      params: { additionalProperty: name },
+      message: 'must not be present',
+    });
+  };
   for (const e of errors) {
-    if (e.keyword === 'boolean' && e.schemaPath.endsWith('/additionalProperties')) continue;
+    if (e.keyword === 'boolean' && e.schemaPath.endsWith('/additionalProperties')) {
+      const slash = e.instancePath.lastIndexOf('/');
+      const name = unescapePointer(e.instancePath.slice(slash + 1));
+      // The object's own schema path: where the naming finding points.
+      addUnknown(
+        e.instancePath,
+        name,
+        e.schemaPath.slice(0, -'/additionalProperties'.length) || '#',
+      );
+      continue;
+    }
     if (e.keyword === 'required') {
       for (const name of names(e.params['requiredProperties'])) {
         out.push({
@@ -56,13 +85,7 @@ export function toValidationErrors(
     }
     if (e.keyword === 'additionalProperties') {
       for (const name of names(e.params['additionalProperties'])) {
-        out.push({
-          keyword: 'additionalProperties',
-          instancePath: `${e.instancePath}/${escapePointer(name)}`,
-          schemaPath: e.schemaPath,
-          params: { additionalProperty: name },
-          message: 'must not be present',
-        });
+        addUnknown(`${e.instancePath}/${escapePointer(name)}`, name, e.schemaPath);
       }
       continue;
     }
