@@ -157,6 +157,21 @@ void t.test('a directory the outbox cannot be written in is named', async (t) =>
   if (asRoot) {
     await fs.chmod(dir, 0o755);
     await fs.chown(file, 65534, 65534);
+    // nobody must reach the checkout's node and sources: a checkout made
+    // in a private folder (mktemp -d is 0700) is opened to traversal, and
+    // only for the length of the test.
+    const opened: { readonly dir: string; readonly mode: number }[] = [];
+    for (let d = root; ; d = path.dirname(d)) {
+      const mode = (await fs.stat(d)).mode & 0o7777;
+      if ((mode & 0o001) === 0) {
+        opened.push({ dir: d, mode });
+        await fs.chmod(d, mode | 0o001);
+      }
+      if (d === path.dirname(d)) break;
+    }
+    t.teardown(async () => {
+      for (const o of opened) await fs.chmod(o.dir, o.mode);
+    });
   } else {
     await fs.chmod(place, 0o555);
     t.teardown(() => fs.chmod(place, 0o755));
