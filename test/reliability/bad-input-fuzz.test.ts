@@ -79,6 +79,7 @@ import { bySoak } from '../harness/soak.js';
 import {
   BODY_LIMIT,
   HEAD_LIMIT,
+  ROUTER_REFUSES,
   encodeRequest,
   exchange,
   fuzzCase,
@@ -680,8 +681,15 @@ async function judgeCase(target: Target, m: ReturnType<typeof materialize>): Pro
  */
 function earlyRefusal(e: Expectation, a: RawAnswer, p: Problem | undefined): boolean {
   if (p === undefined) return false;
+  // A target with a fragment is refused from the head, before any route.
+  if (e.why.includes(ROUTER_REFUSES)) {
+    const [only, ...more] = p.errors ?? [];
+    return (
+      a.status === 400 && more.length === 0 && only?.pointer === '#path' && only.code === 'invalid'
+    );
+  }
   // A transfer coding besides chunked is refused from the head, before the
-  // route, the caller or the body count (hostile-client review, finding 7).
+  // route, the caller or the body count.
   if (e.why.includes('framing otherEncoding')) {
     const [only, ...more] = p.errors ?? [];
     return (

@@ -1225,6 +1225,12 @@ export const MAX_DEPTH = 64;
  */
 export const HEAD_LIMIT = 16_384;
 
+/**
+ * The reason an expectation gives when the router refuses the path: the
+ * judge then takes the path's refusal as an answer from the head alone.
+ */
+export const ROUTER_REFUSES = 'the router refuses the path';
+
 const V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/i;
 const ANY_UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/i;
 const TOKEN_CHARS = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
@@ -1829,7 +1835,18 @@ export function materialize(c: FuzzCase, ctx: FuzzContext): Materialized {
     if (head.length > 0) return { layer: 'transport', why, head };
     if (c.expect === 'teapot')
       return { layer: 'expectation', why: ['an expectation the server cannot meet'], head };
-    if (routerRefuses) return { layer: 'router', why: ['the router refuses the path'], head };
+    if (routerRefuses && isLateFault(f)) {
+      // A fragment is refused by the first hooks, which may run after the
+      // parser has met the body's fault: either answer may come first.
+      if (c.path === 'fragment')
+        return { layer: 'transportLate', why: [`framing ${f.kind}`, ROUTER_REFUSES], head };
+      // The answer to a path the router cannot read checks the framing
+      // first (platform/http/server.ts, frameworkErrors): a transfer
+      // coding besides chunked is refused before the path.
+      if (f.kind === 'otherEncoding')
+        return { layer: 'transportLate', why: [`framing ${f.kind}`], head };
+    }
+    if (routerRefuses) return { layer: 'router', why: [ROUTER_REFUSES], head };
     if (isLateFault(f)) return { layer: 'transportLate', why: [`framing ${f.kind}`], head };
     return { layer: 'app', why, head };
   };
