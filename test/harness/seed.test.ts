@@ -6,7 +6,7 @@
  * only on the wrong cases, or on the same ones every run.
  */
 import t from 'tap';
-import { describeSeed, pickSeed } from './seed.js';
+import { describeSeed, pickSeed, randomSequence } from './seed.js';
 
 void t.test('every run draws a fresh seed, make check included', (t) => {
   const drawn = Array.from({ length: 8 }, () => pickSeed('X_SEED', {}));
@@ -47,5 +47,22 @@ void t.test('SEED, or the test own variable, replays a run', (t) => {
     t.throws(() => pickSeed('X_SEED', { SEED: bad }), /SEED must be an integer/, bad);
     t.throws(() => pickSeed('X_SEED', { X_SEED: bad }), /X_SEED must be an integer/, bad);
   }
+  t.end();
+});
+
+void t.test('a random sequence repeats for its seed and stays in [0, 1)', (t) => {
+  const take = (seed: number) => {
+    const next = randomSequence(seed);
+    return Array.from({ length: 1000 }, () => next());
+  };
+  const a = take(42);
+  t.same(take(42), a, 'the same seed gives the same numbers');
+  t.not(take(43).join(), a.join(), 'another seed gives others');
+  t.ok(
+    a.every((x) => x >= 0 && x < 1),
+    'every number from 0 inclusive to 1 exclusive',
+  );
+  t.ok(new Set(a).size > 990, 'hardly any number repeats');
+  t.same(take(-1), take(2 ** 32 - 1), 'only the low 32 bits of the seed count');
   t.end();
 });

@@ -66,3 +66,21 @@ export function describeSeed(seed: Seed): string {
   const why = seed.source === 'environment' ? `from ${seed.variable}` : 'drawn for this run';
   return `seed ${String(seed.value)} (${why}; replay with SEED=${String(seed.value)})`;
 }
+
+/**
+ * A small deterministic pseudo-random sequence (mulberry32): enough to
+ * pick a test's cases, the same numbers for the same seed on every run.
+ *
+ * @param seed any integer; only its low 32 bits count.
+ * @returns a function giving the next number, from 0 inclusive to 1 exclusive.
+ */
+export function randomSequence(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let x = s;
+    x = Math.imul(x ^ (x >>> 15), x | 1);
+    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
+    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
+  };
+}

@@ -39,6 +39,7 @@ import { createSql, type Sql } from '../../platform/pg/client.js';
 import { EmbeddedPostgres } from '../../platform/pg/embedded.js';
 import { ensureDatabase, ensureLoginRole } from '../../platform/pg/roles.js';
 import { runMigrations } from '../../platform/migrate/index.js';
+import { randomSequence } from '../harness/seed.js';
 import { bySoak } from '../harness/soak.js';
 import { stopProcesses } from '../e2e/processes.js';
 import {
@@ -89,18 +90,6 @@ function describeTally(tally: Tally): string {
     `connection errors: ${String(tally.connectionErrors)}; ` +
     `409 request_in_progress: ${String(tally.inProgress)}`
   );
-}
-
-/** A small deterministic pseudo-random sequence (mulberry32), one per client. */
-function sequence(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let x = s;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /**
@@ -284,7 +273,7 @@ void t.test('PostgreSQL restarts under keyed transfers', async (t) => {
     const tally = newTally();
     const total = CLIENTS * REQUESTS_PER_CLIENT;
     const clients = Array.from({ length: CLIENTS }, async (_, c): Promise<Outcome[]> => {
-      const next = sequence(c + 1);
+      const next = randomSequence(c + 1);
       const outcomes: Outcome[] = [];
       for (let i = 0; i < REQUESTS_PER_CLIENT; i += 1) {
         const from = Math.floor(next() * ACCOUNTS);

@@ -21,201 +21,84 @@
  * says the outcome is unknown); no key row in progress.
  *
  * The seed is drawn afresh each run and printed; `SEED=<n>` repeats one.
- * `make check` runs 400 cuts (`FAULT_CUTS` overrides), `make soak` 10,000.
+ * `make check` runs 1,000 cuts (`FAULT_CUTS` overrides), `make soak`
+ * 10,000, over three lanes at once: each lane its own application, pool,
+ * database and forwarder, its cuts drawn from the seed and the lane's
+ * number. A round mostly waits (a black hole waits out its deadline, a
+ * cut connection is made again), so lanes side by side make three times
+ * the cuts in about the wall time of one.
  */
-import { randomInt } from 'node:crypto';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import postgres from 'postgres';
 import { newId } from '../../kernel/ids/index.js';
-import { startTestApp, type TestApp } from '../harness/app.js';
-import { CUT_WAYS, startForwarder, type CutWay, type Trigger } from '../harness/forwarder.js';
+import { CUT_WAYS, type CutWay, type Trigger } from '../harness/forwarder.js';
+import { describeSeed, pickSeed, randomSequence } from '../harness/seed.js';
+import {
+  BOUND_MS,
+  POINTS,
+  POOL_MAX,
+  POOL_WAYS,
+  UNKNOWN,
+  ended,
+  startLane,
+  within,
+  type Lane,
+  type Sent,
+} from './fault-loop-parts.js';
 import { soak } from '../harness/soak.js';
 
-const TIMEOUTS = { lock: 150, statement: 300, transaction: 400, connect: 400 };
-/** What the unit of work may take past its timeouts before it counts as hung. */
-const MARGIN_MS = 2000;
-const BOUND_MS = TIMEOUTS.transaction + TIMEOUTS.connect + MARGIN_MS;
-// 400 in make check: with the half-open and black-hole cuts waiting out
-// the stall deadline, a cut costs about 0.6 s of wall time on two cores.
-const CUTS = Number(process.env['FAULT_CUTS'] ?? (soak ? 10_000 : 400));
+const CUTS = Number(process.env['FAULT_CUTS'] ?? (soak ? 10_000 : 1_000));
+/** Loops run side by side, each over its own application and database. */
+const LANES = 3;
 const PER_ROUND = 8;
-const POOL_MAX = 10;
 
 // A thousand cuts, many of them waiting out a timeout on purpose, take
 // longer than the suite's three minutes per file on two cores.
-t.setTimeout(600_000);
+t.setTimeout(soak ? 3_600_000 : 600_000);
 
-function drawSeed(): number {
-  const given = process.env['SEED'];
-  if (given === undefined || given.trim() === '') return randomInt(2 ** 31);
-  const value = Number(given);
-  if (!Number.isInteger(value) || value < 0 || value >= 2 ** 31) {
-    throw new Error(`SEED must be an integer from 0 to 2147483647, got "${given}"`);
-  }
-  return value;
+/** What the lanes share: the seed, the failures, the counts. */
+interface Run {
+  readonly seed: number;
+  readonly share: number;
+  readonly fail: (what: string) => void;
+  readonly failures: readonly string[];
+  readonly unhandled: unknown[];
+  readonly tally: { cuts: number; requests: number; readonly seen: Map<string, number> };
 }
-
-/** mulberry32: small, fast and good enough to pick cases. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = Math.imul(a ^ (a >>> 15), 1 | a);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-const POINTS: Record<string, Omit<Trigger, 'way'>> = {
-  begin_sent: { match: /\bbegin\b/i, when: 'after' },
-  key_answered: { match: /insert into idempotency_keys/, when: 'after_answer' },
-  mid_handler: { match: /insert into test_effects/, when: 'before' },
-  commit_unanswered: { match: /\bcommit\b/i, when: 'after' },
-  commit_answered: { match: /\bcommit\b/i, when: 'after_answer' },
-  // The bearer token's read, on the pool outside any transaction: a cut
-  // there must be a 503, never a 401 that tells the client its token is bad.
-  token_unsent: { match: /from api_tokens/, when: 'before' },
-  token_unanswered: { match: /from api_tokens/, when: 'after' },
-};
 
 /**
- * A statement of the pool outside a transaction fails at its deadline, but
- * postgres.js gives no handle on its connection to close: a socket that
- * hears nothing stays with the driver until the operating system gives up
- * on it (docs/adr/0003-own-transactions.md). So the token read is cut only
- * in the ways a close reaches the process.
+ * One loop of rounds over its own forwarder, application and database
+ * until it has made its share of the cuts or three failures are known.
+ * The lanes start one after the other (`after`, then `started`): an
+ * application's start connects within the short connect timeout, which
+ * several starts at once on two cores can miss.
  */
-const POOL_WAYS: readonly CutWay[] = ['rst', 'fin', 'terminate'];
-
-/** The code of an answer that says the COMMIT was sent and its answer lost. */
-const UNKNOWN = 'commit_outcome_unknown';
-
-interface Sent {
-  readonly label: string;
-  readonly keyed: boolean;
-  readonly key: string;
-  readonly outcome: string | undefined;
-}
-
-interface Ended {
-  readonly status: number;
-  readonly code: string | undefined;
-  readonly replay: string | undefined;
-  readonly retryAfter: string | undefined;
-  readonly body: string;
-}
-
-function send(k: TestApp, r: Sent) {
-  return k.app.http.inject({
-    method: 'POST',
-    url: r.keyed ? '/api/v1/effects' : '/api/v1/plain-effects',
-    headers: {
-      'content-type': 'application/json',
-      ...k.alice.headers,
-      ...(r.keyed ? { 'idempotency-key': r.key } : {}),
-    },
-    payload: JSON.stringify(
-      r.outcome === undefined ? { label: r.label } : { label: r.label, outcome: r.outcome },
-    ),
-  });
-}
-
-async function ended(k: TestApp, r: Sent): Promise<Ended | 'hung'> {
-  let timer: NodeJS.Timeout | undefined;
-  const hung = new Promise<'hung'>((resolve) => {
-    timer = setTimeout(() => {
-      resolve('hung');
-    }, BOUND_MS);
-  });
-  const answer = await Promise.race([send(k, r), hung]);
-  clearTimeout(timer);
-  if (answer === 'hung') return answer;
-  let code: string | undefined;
+async function runLane(
+  t: Test,
+  lane: number,
+  run: Run,
+  after: Promise<void>,
+  started: () => void,
+): Promise<void> {
+  await after;
+  let made: Lane;
   try {
-    code = (JSON.parse(answer.body) as { code?: string }).code;
-  } catch {
-    code = undefined;
+    made = await startLane(t);
+  } finally {
+    started();
   }
-  const replay = answer.headers['idempotent-replay'];
-  const retryAfter = answer.headers['retry-after'];
-  return {
-    status: answer.statusCode,
-    code,
-    replay: typeof replay === 'string' ? replay : undefined,
-    retryAfter: typeof retryAfter === 'string' ? retryAfter : undefined,
-    body: answer.body,
-  };
+  await loop(t, lane, run, made);
 }
 
-async function within<T>(p: Promise<T>, ms: number): Promise<T | 'timeout'> {
-  let timer: NodeJS.Timeout | undefined;
-  const out = await Promise.race([
-    p,
-    new Promise<'timeout'>((resolve) => {
-      timer = setTimeout(() => {
-        resolve('timeout');
-      }, ms);
-    }),
-  ]);
-  clearTimeout(timer);
-  return out;
-}
-
-void t.test('every unit of work ends, whatever cuts its connection', async (t) => {
-  const seed = drawSeed();
-  const random = prng(seed);
+/** A lane's rounds, on its started application. */
+async function loop(t: Test, lane: number, run: Run, { k, forwarder }: Lane): Promise<void> {
+  const { seed, share, fail, failures, unhandled, tally } = run;
+  // Lane 0 draws what a single loop of this seed would.
+  const random = randomSequence(seed + Math.imul(lane, 0x9e3779b9));
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(random() * xs.length)] as T;
-  t.comment(`seed ${String(seed)} (replay with SEED=${String(seed)}), ${String(CUTS)} cuts`);
-
-  // Made once the test database exists, below.
-  const admin: { sql?: postgres.Sql } = {};
-  const forwarder = await startForwarder(1, {
-    terminate: async (clientPort) => {
-      const sql = admin.sql;
-      if (sql === undefined) return;
-      await sql`select pg_terminate_backend(pid) from pg_stat_activity where client_port = ${clientPort}`;
-    },
-  });
-  t.teardown(() => forwarder.close());
-  const k = await startTestApp(t, {
-    env: {
-      DATABASE__POOL_MAX: String(POOL_MAX),
-      DATABASE__LOCK_TIMEOUT: `${String(TIMEOUTS.lock)}ms`,
-      DATABASE__STATEMENT_TIMEOUT: `${String(TIMEOUTS.statement)}ms`,
-      DATABASE__TRANSACTION_TIMEOUT: `${String(TIMEOUTS.transaction)}ms`,
-      DATABASE__CONNECT_TIMEOUT: `${String(TIMEOUTS.connect)}ms`,
-      DATABASE__TX_RETRY_MAX: '1',
-      // Every request reads its token, so cuts meet the pool's reads too.
-      IDENTITY__TOKEN_CACHE_TTL: '0s',
-      LOG__LEVEL: 'fatal',
-    },
-    appUrl: (url) => {
-      const u = new URL(url);
-      forwarder.switchTo(Number(u.port));
-      u.port = String(forwarder.port);
-      return u.toString();
-    },
-  });
-  const adminSql = postgres(k.tdb.adminUrl, { max: 2, onnotice: () => undefined });
-  admin.sql = adminSql;
-  t.teardown(() => adminSql.end({ timeout: 1 }));
-
-  const unhandled: unknown[] = [];
-  const onUnhandled = (err: unknown): void => {
-    unhandled.push(err);
-  };
-  process.on('unhandledRejection', onUnhandled);
-  t.teardown(() => process.off('unhandledRejection', onUnhandled));
-
-  const failures: string[] = [];
-  const fail = (what: string): void => {
-    failures.push(what);
-    t.fail(what);
-  };
   let cuts = 0;
-  let requests = 0;
-  const seen = new Map<string, number>();
-  for (let round = 0; cuts < CUTS && failures.length < 3; round++) {
+
+  for (let round = 0; cuts < share && failures.length < 3; round++) {
     const sent: Sent[] = [];
     for (let i = 0; i < PER_ROUND * 2; i++) {
       const roll = random();
@@ -240,13 +123,14 @@ void t.test('every unit of work ends, whatever cuts its connection', async (t) =
     forwarder.disarmAll();
     const firedNow = armed.filter((a) => a.isFired());
     cuts += firedNow.length;
-    requests += sent.length;
+    tally.cuts += firedNow.length;
+    tally.requests += sent.length;
     for (const a of firedNow) {
       const name = `${a.point}/${a.way}`;
-      seen.set(name, (seen.get(name) ?? 0) + 1);
+      tally.seen.set(name, (tally.seen.get(name) ?? 0) + 1);
     }
     const cutsText = firedNow.map((a) => `${a.point}/${a.way}`).join(', ');
-    const where = `round ${String(round)} (seed ${String(seed)}; cuts ${cutsText})`;
+    const where = `lane ${String(lane)} round ${String(round)} (seed ${String(seed)}; cuts ${cutsText})`;
 
     answers.forEach((a, i) => {
       const r = sent[i] as Sent;
@@ -381,6 +265,40 @@ void t.test('every unit of work ends, whatever cuts its connection', async (t) =
       select count(*)::int as n from idempotency_keys where state = 'in_progress'`;
     if ((held?.n ?? 0) !== 0) fail(`${where}: ${String(held?.n)} key rows in progress`);
   }
+}
+
+void t.test('every unit of work ends, whatever cuts its connection', async (t) => {
+  const picked = pickSeed('FAULT_SEED');
+  const seed = picked.value;
+  t.comment(`${describeSeed(picked)}, ${String(CUTS)} cuts over ${String(LANES)} lanes`);
+  const unhandled: unknown[] = [];
+  const onUnhandled = (err: unknown): void => {
+    unhandled.push(err);
+  };
+  process.on('unhandledRejection', onUnhandled);
+  t.teardown(() => process.off('unhandledRejection', onUnhandled));
+
+  const failures: string[] = [];
+  const fail = (what: string): void => {
+    failures.push(what);
+    t.fail(what);
+  };
+  const tally = { cuts: 0, requests: 0, seen: new Map<string, number>() };
+  const share = Math.ceil(CUTS / LANES);
+  const run = { seed, share, fail, failures, unhandled, tally };
+  const lanes: Promise<void>[] = [];
+  let previous: Promise<void> = Promise.resolve();
+  for (let i = 0; i < LANES; i++) {
+    const started = Promise.withResolvers<undefined>();
+    lanes.push(
+      runLane(t, i, run, previous, () => {
+        started.resolve(undefined);
+      }),
+    );
+    previous = started.promise.then(() => undefined);
+  }
+  await Promise.all(lanes);
+  const { cuts, requests, seen } = tally;
   t.comment(
     `${String(cuts)} cuts over ${String(requests)} requests: ${[...seen.entries()]
       .sort()
