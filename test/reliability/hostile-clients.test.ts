@@ -368,7 +368,7 @@ void t.test('hostile clients cost bounded memory and sockets, and no 5xx', async
           `${path.slice(0, 40)}: refused as forbidden or absent`,
         );
       }
-      for (const range of ['bytes=999999999-', 'bytes=5-1', 'bytes=-0']) {
+      for (const range of ['bytes=999999999-', 'bytes=-0']) {
         const x = await get('/docs/static/swagger-ui.css', `Range: ${range}\r\n`);
         t.equal(x.status, 416, `Range: ${range}`);
         t.equal(problemOf(x).code, 'range_not_satisfiable');
