@@ -68,3 +68,47 @@ void t.test(
     t.ok(answers <= 5, `at most the limit and one more parsed (${String(answers)} answers)`);
   },
 );
+
+void t.test(
+  'a request behind a body over the limit never runs, in the same write or while the close lingers',
+  async (t) => {
+    const k = await startTestApp(t, { env: { HTTP__BODY_LIMIT: '1kb' } });
+    await k.app.http.listen({ port: 0, host: '127.0.0.1' });
+    const request = (label: string, key?: string): string => {
+      const body = JSON.stringify({ label });
+      return `POST /api/v1/${key === undefined ? 'plain-effects' : 'effects'} HTTP/1.1\r\nHost: a\r\nAuthorization: ${k.alice.headers.authorization}\r\n${key === undefined ? '' : `Idempotency-Key: ${key}\r\n`}Content-Type: application/json\r\nContent-Length: ${String(body.length)}\r\n\r\n${body}`;
+    };
+    const oversize = `POST /api/v1/plain-effects HTTP/1.1\r\nHost: a\r\nAuthorization: ${k.alice.headers.authorization}\r\nContent-Type: application/json\r\nContent-Length: 2048\r\n\r\n${' '.repeat(2048)}`;
+    const behind = `${request('behind-413-plain')}${request('behind-413-keyed', '0193e4b2-0000-7000-8000-000000000001')}`;
+    const same = await exchange(k, `${oversize}${behind}`, 1500);
+    t.match(same, /^HTTP\/1\.1 413 /, 'the first is refused');
+    t.match(same, /\r\nconnection: close\r\n/i, 'and its answer closes');
+    t.notMatch(same.slice(12), /HTTP\/1\.1 /, 'no second answer');
+
+    // The rest written after the answer arrived, while the server still reads.
+    const address = k.app.http.server.address() as net.AddressInfo;
+    const socket = net.connect(address.port, '127.0.0.1');
+    socket.on('error', () => undefined);
+    let got = '';
+    const answered = new Promise<void>((resolve) =>
+      socket.on('data', (c: Buffer) => {
+        got += c.toString('latin1');
+        if (got.includes('\r\n\r\n')) resolve();
+      }),
+    );
+    await new Promise<void>((resolve) => socket.once('connect', resolve));
+    socket.write(oversize.slice(0, oversize.indexOf('\r\n\r\n') + 4));
+    await answered;
+    socket.write(`${' '.repeat(2048)}${request('lingering-413-plain')}`);
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    socket.destroy();
+    t.match(got, /^HTTP\/1\.1 413 /, 'the later one: refused');
+    t.notMatch(got.slice(12), /HTTP\/1\.1 /, 'and no second answer');
+
+    t.same(
+      (await k.effects()).map((e) => e.label),
+      [],
+      'and none of the requests behind it ran',
+    );
+  },
+);

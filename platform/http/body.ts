@@ -6,10 +6,13 @@
  * `duplicate_member`), and a number a double would read as another whole
  * number (pointer at it, code `inexact_number`: `0.99999999999999999` is
  * not 1). A body with a Content-Encoding other than identity is
- * `415 unsupported_media_type`: nothing here decodes it.
+ * `415 unsupported_media_type`: nothing here decodes it; so is a
+ * Content-Type whose charset is not UTF-8 or whose parameters do not parse
+ * (media-type.ts).
  */
 import type { FastifyRequest } from 'fastify';
 import { problem } from '../../kernel/errs/index.js';
+import { contentTypeRefusal } from './media-type.js';
 import { jsonPointer, MAX_JSON_DEPTH, parseJsonStrict } from '../jsoncanon/index.js';
 
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
@@ -55,6 +58,13 @@ export function jsonBodyParser(
         hint: 'Send the JSON body uncompressed, without Content-Encoding.',
       }),
     );
+    return;
+  }
+  // The media type matched application/json; its parameters are checked
+  // here, where the bytes are about to be read as UTF-8.
+  const charset = contentTypeRefusal(req.headers['content-type'] ?? '');
+  if (charset !== undefined) {
+    done(charset);
     return;
   }
   const bytes = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;

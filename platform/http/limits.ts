@@ -296,9 +296,11 @@ export function pipeliningGuard(max: number): onRequestHookHandler {
     else
       void before.then(() => {
         // The connection closed while this request waited its turn (the
-        // client left, or sent more than the limit): nobody reads its
-        // answer, so it is not run.
-        if (socket.destroyed) reply.hijack();
+        // client left, or sent more than the limit), or the answer before
+        // it said close and the server's side is shut (a lingering close
+        // after a 413 still reads, but nobody can be answered): the request
+        // is not run, as it could not be answered.
+        if (socket.destroyed || socket.writableEnded) reply.hijack();
         done();
       });
   };

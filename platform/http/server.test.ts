@@ -362,7 +362,6 @@ void t.test(
       ['/docs/static//etc/passwd', {}, 403, 'forbidden_path'],
       [`/docs/static/${'a'.repeat(300)}`, {}, 403, 'forbidden_path'],
       ['/docs/static/swagger-ui.css', { range: 'bytes=999999999-' }, 416, 'range_not_satisfiable'],
-      ['/docs/static/swagger-ui.css', { range: 'bytes=5-1' }, 416, 'range_not_satisfiable'],
       ['/docs/static/swagger-ui.css', { range: 'bytes=-0' }, 416, 'range_not_satisfiable'],
     ];
     const css = await rawGet(port, '/docs/static/swagger-ui.css');

@@ -28,6 +28,7 @@ import {
   sendProblem as writeProblem,
 } from './idempotency/index.js';
 import { noStoreHook, notModifiedHook } from './caching.js';
+import { rangeReplyHook, rangeRequestHook } from './range.js';
 import { registerIdempotency, type IdempotencyStage } from './idempotency-stage.js';
 import {
   allowedMethods,
@@ -276,6 +277,10 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   });
   // A read whose ETag the client already holds: 304, no body.
   app.addHook('onSend', notModifiedHook);
+  // Byte ranges of the static files, by RFC 9110 rather than by
+  // @fastify/send's lenient reading of them (range.ts).
+  app.addHook('onRequest', rangeRequestHook);
+  app.addHook('onSend', rangeReplyHook);
 
   // Stages 3 and 4, authentication then rate limit (rate-limit.ts).
   await registerAuthenticationAndRateLimit(app, options);
