@@ -191,3 +191,19 @@ void t.test(
     t.end();
   },
 );
+
+void t.test("a 412 is precondition_failed only from the static files' sender", (t) => {
+  const sent = toAppError(
+    Object.assign(new Error('Precondition Failed'), {
+      name: 'PreconditionFailedError',
+      statusCode: 412,
+    }),
+  );
+  t.equal(sent.code, 'precondition_failed');
+  t.equal(sent.status, 412);
+  // A stray 412 of any other origin says nothing a client can act on.
+  const stray = toAppError(Object.assign(new Error('upstream'), { statusCode: 412 }));
+  t.equal(stray.code, 'internal_error');
+  t.equal(stray.status, 500);
+  t.end();
+});

@@ -139,6 +139,7 @@ export function toAppError(err: unknown): AppError {
     validation?: unknown;
     validationContext?: unknown;
     message?: unknown;
+    name?: unknown;
   };
   if (Array.isArray(e.validation)) {
     const context = typeof e.validationContext === 'string' ? e.validationContext : undefined;
@@ -161,6 +162,18 @@ export function toAppError(err: unknown): AppError {
     // it cannot check (`..`, `.`, `//`, a NUL, a name too long for the file
     // system): the client's request, not a server fault.
     return problem('forbidden_path', 'The request path is not allowed.', { cause: err });
+  }
+  if (e.statusCode === 412 && e.name === 'PreconditionFailedError') {
+    // @fastify/send's answer to an If-Match or If-Unmodified-Since that a
+    // static file fails (RFC 9110 section 13.1). Matched by name as well,
+    // so that no other library's stray 412 becomes a client's answer.
+    return problem(
+      'precondition_failed',
+      'A condition of the request does not hold for the file.',
+      {
+        cause: err,
+      },
+    );
   }
   if (e.statusCode === 416) {
     // @fastify/send's RangeNotSatisfiableError carries the Content-Range

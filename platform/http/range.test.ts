@@ -145,6 +145,18 @@ void t.test('Range on a static file, by RFC 9110 section 14', async (t) => {
     t.equal(res.headers['content-length'], '2');
     t.equal(res.body.length, 0);
   });
+  await t.test('a precondition the file fails is 412 precondition_failed, not 500', async (t) => {
+    for (const headers of [
+      { 'if-match': '"another"' },
+      { 'if-match': '"another"', range: 'bytes=0-1' },
+      { 'if-unmodified-since': 'Mon, 01 Jan 1990 00:00:00 GMT' },
+    ]) {
+      const res = await get(port, headers);
+      t.equal(res.status, 412, JSON.stringify(headers));
+      const body = JSON.parse(res.body.toString()) as { code?: string };
+      t.equal(body.code, 'precondition_failed', JSON.stringify(headers));
+    }
+  });
   await t.test('no descriptor of the file stays open after the answers', async (t) => {
     const open = () =>
       readdirSync('/proc/self/fd').filter((fd) => {

@@ -277,10 +277,6 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   });
   // A read whose ETag the client already holds: 304, no body.
   app.addHook('onSend', notModifiedHook);
-  // Byte ranges of the static files, by RFC 9110 rather than by
-  // @fastify/send's lenient reading of them (range.ts).
-  app.addHook('onRequest', rangeRequestHook);
-  app.addHook('onSend', rangeReplyHook);
 
   // Stages 3 and 4, authentication then rate limit (rate-limit.ts).
   await registerAuthenticationAndRateLimit(app, options);
@@ -322,7 +318,16 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
       url,
     }),
   });
-  await app.register(swaggerUi, { routePrefix: DOCS_PREFIX });
+  // Byte ranges of the static files, by RFC 9110 rather than by
+  // @fastify/send's lenient reading of them (range.ts). The hooks live in
+  // the scope of the API document's UI, whose files are the only answers
+  // with ranges: no API request runs them, and none of its answers can be
+  // cut.
+  await app.register(async (docs) => {
+    docs.addHook('onRequest', rangeRequestHook);
+    docs.addHook('onSend', rangeReplyHook);
+    await docs.register(swaggerUi, { routePrefix: DOCS_PREFIX });
+  });
 
   // Stage 5, idempotency: per keyed route, before validation and around the handler.
   if (options.idempotency !== undefined) {
