@@ -38,13 +38,14 @@ $(STAMP): package.json package-lock.json
 
 install: $(STAMP) ## install dependencies (npm ci) when needed
 
-# What the build reads (tsconfig.build.json's folders, tests aside, and the
-# settings). dist/.build-inputs lists them as the last build saw them, with
+# What the build reads (tsconfig.build.json's folders, tests aside, the
+# settings and package.json, whose module type and dependencies the output
+# runs with). dist/.build-inputs lists them as the last build saw them, with
 # the time that build started: an input changed since, or a list that
 # differs (a file added or removed, whatever its time), compiles again;
 # otherwise the build does nothing, so make run and make principal start at
 # once on an unchanged tree.
-BUILD_INPUTS := $(sort $(shell find apps kernel platform modules scripts -type f ! -name '*.test.ts' 2>/dev/null) Makefile tsconfig.json tsconfig.build.json package-lock.json)
+BUILD_INPUTS := $(sort $(shell find apps kernel platform modules scripts -type f ! -name '*.test.ts' 2>/dev/null) Makefile tsconfig.json tsconfig.build.json package.json package-lock.json)
 BUILD_RECORD := dist/.build-inputs
 ifneq ($(BUILD_INPUTS),$(strip $(shell cat $(BUILD_RECORD) 2>/dev/null)))
 BUILD_FORCE := FORCE

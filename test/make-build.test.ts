@@ -80,4 +80,10 @@ void t.test('make build compiles only when an input changed', async (t) => {
 
   await touch('tsconfig.build.json');
   t.ok(make().compiled, 'changed settings compile');
+
+  // package.json names the module type and the dependencies the output runs
+  // with; the stamp is made newer after it, so only the build reacts.
+  await touch('package.json');
+  await fs.utimes(stamp, new Date(Date.now() + 1000), new Date(Date.now() + 1000));
+  t.ok(make().compiled, 'a changed package.json compiles');
 });
