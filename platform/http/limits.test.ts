@@ -4,12 +4,14 @@
  * when it pauses a connection in the middle of a chunk the guard is
  * handing to the parser, and the bounds of a lingering close.
  */
+import { EventEmitter } from 'node:events';
 import http from 'node:http';
 import net from 'node:net';
 import t, { type Test } from 'tap';
 import {
   guardPipelinedReads,
   lingerOnClose,
+  pipeliningGuard,
   LINGER_BYTES,
   LINGER_MS,
   type PipeliningClose,
@@ -137,4 +139,28 @@ void t.test('a lingering close waits at most LINGER_MS for a client that stalls'
   t.ok(ended > 0 && ended - started < 1000, 'the server shut its side after the answer at once');
   t.ok(closed >= LINGER_MS - 100, `then read until LINGER_MS (${closed.toFixed(0)} ms)`);
   t.ok(closed < LINGER_MS + 2000, 'and no longer');
+});
+
+void t.test('a request whose connection the server already shut is not run, first or not', (t) => {
+  // The hook alone, on a connection whose server side is ended (a close
+  // answer finished, or the client's FIN answered) and not yet destroyed:
+  // nobody can read an answer, so nothing may take effect.
+  const hook = pipeliningGuard(4);
+  const socket = { destroyed: false, writableEnded: true };
+  let hijacked = 0;
+  let done = 0;
+  const req = { raw: { socket }, log: { info: () => undefined } };
+  const reply = {
+    raw: new EventEmitter(),
+    hijack: () => {
+      hijacked++;
+    },
+  };
+  const call = hook as unknown as (r: unknown, p: unknown, d: () => void) => void;
+  call(req, reply, () => {
+    done++;
+  });
+  t.equal(done, 1, 'the hook hands on');
+  t.equal(hijacked, 1, 'with the reply hijacked: no hook, handler or answer runs');
+  t.end();
 });

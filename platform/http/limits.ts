@@ -292,15 +292,18 @@ export function pipeliningGuard(max: number): onRequestHookHandler {
       current.waiting--;
       resolve(undefined);
     });
-    if (first) done();
-    else
+    // A connection closed (the client left, or sent more than the limit),
+    // or whose server side is shut (an answer that said close finished, a
+    // lingering close after a 413 still reads, the client's FIN was
+    // answered): nobody can read an answer, so the request is not run,
+    // whether it waited its turn or came first.
+    const unanswerable = () => socket.destroyed || socket.writableEnded;
+    if (first) {
+      if (unanswerable()) reply.hijack();
+      done();
+    } else
       void before.then(() => {
-        // The connection closed while this request waited its turn (the
-        // client left, or sent more than the limit), or the answer before
-        // it said close and the server's side is shut (a lingering close
-        // after a 413 still reads, but nobody can be answered): the request
-        // is not run, as it could not be answered.
-        if (socket.destroyed || socket.writableEnded) reply.hijack();
+        if (unanswerable()) reply.hijack();
         done();
       });
   };
