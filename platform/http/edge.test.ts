@@ -9,10 +9,10 @@ import { Duplex } from 'node:stream';
 import type { FastifyRequest } from 'fastify';
 import t, { type Test } from 'tap';
 import { principalActor, type Authenticator } from '../../kernel/actor/index.js';
-import { ManualClock } from '../../kernel/clock/index.js';
 import { newId } from '../../kernel/ids/index.js';
 import { InMemoryMetrics } from '../../kernel/metrics/index.js';
 import { createLogger } from '../log/index.js';
+import { testServerOptions } from '../../test/harness/http-server.js';
 import { clientErrorHandler, clientWentAway } from './refusals.js';
 import { createHttpServer, type HttpServer, type HttpServerOptions } from './server.js';
 
@@ -26,18 +26,7 @@ const authenticator: Authenticator = {
 
 /** The options every server of this file shares, with a test's own on top. */
 function serverOptions(overrides: Partial<HttpServerOptions>): HttpServerOptions {
-  return {
-    logger: createLogger({ appName: 'svc', level: 'silent' }),
-    bodyLimit: 4096,
-    readiness: () => Promise.resolve(),
-    appName: 'svc',
-    apiVersion: '1',
-    authenticator,
-    clock: new ManualClock('2026-03-01T12:00:00Z'),
-    rateLimit: { max: 10_000, windowMs: 60_000 },
-    metrics: new InMemoryMetrics(),
-    ...overrides,
-  };
+  return testServerOptions({ authenticator, ...overrides });
 }
 
 async function server(

@@ -5,24 +5,12 @@
  * (createHttpServer) and inject.
  */
 import t, { type Test } from 'tap';
-import { ManualClock } from '../../kernel/clock/index.js';
-import { InMemoryMetrics } from '../../kernel/metrics/index.js';
-import { createLogger } from '../log/index.js';
 import { contentTypeRefusal } from './media-type.js';
+import { testServerOptions } from '../../test/harness/http-server.js';
 import { createHttpServer, type HttpServer } from './server.js';
 
 async function server(t: Test): Promise<{ app: HttpServer; runs: { n: number } }> {
-  const app = await createHttpServer({
-    logger: createLogger({ appName: 'svc', level: 'silent' }),
-    bodyLimit: 4096,
-    readiness: () => Promise.resolve(),
-    appName: 'svc',
-    apiVersion: '1',
-    authenticator: { authenticate: () => Promise.resolve(null) },
-    clock: new ManualClock('2026-03-01T12:00:00Z'),
-    rateLimit: { max: 10_000, windowMs: 60_000 },
-    metrics: new InMemoryMetrics(),
-  });
+  const app = await createHttpServer(testServerOptions());
   const runs = { n: 0 };
   app.post('/api/v1/echo', { config: { auth: 'none', idempotent: false } }, (req) => {
     runs.n++;

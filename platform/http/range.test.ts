@@ -11,9 +11,7 @@ import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import t from 'tap';
-import { ManualClock } from '../../kernel/clock/index.js';
-import { InMemoryMetrics } from '../../kernel/metrics/index.js';
-import { createLogger } from '../log/index.js';
+import { testServerOptions } from '../../test/harness/http-server.js';
 import { createHttpServer } from './server.js';
 
 interface Answer {
@@ -42,17 +40,7 @@ function get(
 }
 
 void t.test('Range on a static file, by RFC 9110 section 14', async (t) => {
-  const app = await createHttpServer({
-    logger: createLogger({ appName: 'svc', level: 'silent' }),
-    bodyLimit: 4096,
-    readiness: () => Promise.resolve(),
-    appName: 'svc',
-    apiVersion: '1',
-    authenticator: { authenticate: () => Promise.resolve(null) },
-    clock: new ManualClock('2026-03-01T12:00:00Z'),
-    rateLimit: { max: 10_000, windowMs: 60_000 },
-    metrics: new InMemoryMetrics(),
-  });
+  const app = await createHttpServer(testServerOptions());
   await app.listen({ port: 0, host: '127.0.0.1' });
   t.teardown(() => app.close());
   const port = (app.server.address() as AddressInfo).port;

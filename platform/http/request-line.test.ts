@@ -8,9 +8,7 @@
  */
 import net, { type AddressInfo } from 'node:net';
 import t from 'tap';
-import { ManualClock } from '../../kernel/clock/index.js';
-import { InMemoryMetrics } from '../../kernel/metrics/index.js';
-import { createLogger } from '../log/index.js';
+import { testServerOptions } from '../../test/harness/http-server.js';
 import { createHttpServer } from './server.js';
 
 /** Writes one request head as given and reads the whole answer. */
@@ -36,17 +34,7 @@ function outcome(answer: string): { status: string; body: string } {
 }
 
 void t.test('the request line: spaces as Node.js reads them', async (t) => {
-  const app = await createHttpServer({
-    logger: createLogger({ appName: 'svc', level: 'silent' }),
-    bodyLimit: 4096,
-    readiness: () => Promise.resolve(),
-    appName: 'svc',
-    apiVersion: '1',
-    authenticator: { authenticate: () => Promise.resolve(null) },
-    clock: new ManualClock('2026-03-01T12:00:00Z'),
-    rateLimit: { max: 10_000, windowMs: 60_000 },
-    metrics: new InMemoryMetrics(),
-  });
+  const app = await createHttpServer(testServerOptions());
   const seen: string[] = [];
   app.get('/api/v1/things/:id', { config: { auth: 'none' } }, (req) => {
     seen.push(req.raw.url ?? '');
