@@ -4,24 +4,29 @@
  * server (`serve --role api`) as a separate process on 127.0.0.1 and drives
  * the ledger transfer route with autocannon from this process:
  *
- * 0. the physical limit: the same transfer as one raw postgres.js statement
- *    in an implicit transaction, unkeyed and with its completed key row
- *    (limit.ts); then the in-process ceiling: the same transfer use case, unkeyed and keyed,
- *    called by concurrent callers in this process with no HTTP (ceiling.ts);
- * 1. unkeyed transfers (the baseline: same route, same transaction);
- * 2. keyed transfers, a fresh key per request;
- * 3. authenticated reads of a transfer (`GET /api/v1/transfers/{id}`), and
- *    replays of completed keys, side by side;
- * 4. bursts of identical keyed requests (time until all answered, effects);
- * 5. keyed transfers with 1,000,000 keys stored (seeded with SQL);
- * 6. cleanup of 1,000,000 expired keys, alone and under keyed load;
- * 7. the peer library in place of ours (test/bench/peer-server.ts).
+ * - steady scenarios, measured in interleaved rounds of one window each
+ *   (rounds.ts), so every ratio's two sides meet the same minutes: the
+ *   physical limit (the same transfer as one raw postgres.js statement in
+ *   an implicit transaction, unkeyed and with its completed key row,
+ *   limit.ts); the in-process ceiling (the same transfer use case, unkeyed
+ *   and keyed, called by concurrent callers in this process with no HTTP,
+ *   ceiling.ts); unkeyed transfers (the baseline: same route, same
+ *   transaction); keyed transfers, a fresh key per request; both over
+ *   1,000 principals; authenticated reads of a transfer (`GET
+ *   /api/v1/transfers/{id}`) and replays of completed keys; the peer
+ *   library in place of ours (test/bench/peer-server.ts, a server of its
+ *   own on the same database);
+ * - then, one after the other: bursts of identical keyed requests (time
+ *   until all answered, effects); keyed transfers with 1,000,000 keys
+ *   stored (seeded with SQL); cleanup of 1,000,000 expired keys, alone,
+ *   against a bare batched DELETE, and under keyed load.
  *
  * Prints a table, writes `.bench-results/<time>.json` and
  * `.bench-results/chart.svg`; with `--publish` also copies both to
  * docs/performance/. Options: `--seconds N` (measured window, default 15),
  * `--warmup N` (default 5), `--runs N` (measured windows per scenario, the
- * median kept; default 3), `--connections N` (default 16), `--keys N`
+ * median kept, one window per round; default 3), `--connections N`
+ * (default 16), `--keys N`
  * (seeded keys, default 1000000), `--bursts N` (default 50), `--only
  * unkeyed,keyed` (run only these load scenarios; no targets are judged),
  * `--cpu-prof` (the servers write V8 CPU profiles to .bench-results/profiles).
@@ -56,6 +61,7 @@ import {
 } from '../../platform/pg/uow.js';
 import { runCeiling } from './ceiling.js';
 import { runLimit } from './limit.js';
+import { medianWindow, runInterleaved, type SteadyScenario } from './rounds.js';
 import { burst, measure, type LoadFigures, type LoadRequest } from './load.js';
 import { postmasterPid } from './proc.js';
 import {
@@ -282,6 +288,26 @@ async function main(): Promise<void> {
     const auth = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
     const config = loadConfig({ env: { DATABASE__URL: target.appUrl } });
     const scenarios: ScenarioFigures[] = [];
+    // The steady scenarios, measured in interleaved rounds (rounds.ts); what
+    // each needs stays open until the rounds end.
+    const steady: SteadyScenario[] = [];
+    const closers: (() => Promise<unknown>)[] = [];
+    const env = { DATABASE__URL: target.appUrl };
+    const ours = await startServer('dist/apps/server/main.js', ['--role', 'api'], env);
+    servers.push(ours);
+    const serverPid = ours.child.pid!;
+    /** One window of HTTP load against a server. */
+    const httpWindow =
+      (next: () => LoadRequest, server: Server, pid: number) => (seconds: number) =>
+        measure({
+          url: server.base,
+          path: TRANSFERS,
+          connections: CONNECTIONS,
+          seconds,
+          next,
+          serverPid: pid,
+          postmasterPid: pgPid,
+        });
 
     // The physical limit: the same transfer as one raw statement, same pool
     // size and callers as the ceiling (test/bench/limit.ts).
@@ -290,6 +316,7 @@ async function main(): Promise<void> {
         max: config.database.pool_max,
         applicationName: 'bench-limit',
       });
+      closers.push(() => limitSql.end());
       for (const [id, label, keyedLimit] of [
         ['limit_unkeyed', 'physical limit, unkeyed', false],
         ['limit_keyed', 'physical limit, completed key row in the statement', true],
@@ -303,18 +330,12 @@ async function main(): Promise<void> {
           ttlMs: config.sync.idempotency_key_ttl,
           postmasterPid: pgPid,
         };
-        await runLimit({ ...base, seconds: WARMUP });
-        const windows: LoadFigures[] = [];
-        for (let i = 0; i < RUNS; i++) windows.push(await runLimit({ ...base, seconds: SECONDS }));
-        windows.sort((a, b) => a.rps - b.rps);
-        log(`${label}: calls/s of the windows ${windows.map((w) => w.rps.toFixed(0)).join(', ')}`);
-        scenarios.push(toScenario(id, label, windows[Math.floor(windows.length / 2)]!));
+        steady.push({ id, label, window: (seconds) => runLimit({ ...base, seconds }) });
       }
-      await limitSql.end();
     }
 
-    // The in-process ceiling, before the server starts: the same use case,
-    // unit of work, pool size and database, no HTTP.
+    // The in-process ceiling: the same use case, unit of work, pool size
+    // and database as the server, no HTTP.
     if (wanted('ceiling')) {
       const ceilingSql = createSql(target.appUrl, {
         max: config.database.pool_max,
@@ -346,6 +367,10 @@ async function main(): Promise<void> {
           : await startCredentialListener(target.appUrl, identity.credentialFeed, {
               applicationName: 'bench-ceiling-credentials',
             });
+      closers.push(async () => {
+        await credentials?.close();
+        await ceilingSql.end();
+      });
       const base = {
         uow: ceilingUow,
         authenticator: identity.authenticator,
@@ -367,74 +392,28 @@ async function main(): Promise<void> {
         ['ceiling_unkeyed', 'in-process ceiling, unkeyed', false],
         ['ceiling_keyed', 'in-process ceiling, keyed', true],
       ] as const) {
-        await runCeiling({ ...base, keyed, seconds: WARMUP });
-        const windows: LoadFigures[] = [];
-        for (let i = 0; i < RUNS; i++) {
-          windows.push(await runCeiling({ ...base, keyed, seconds: SECONDS }));
-        }
-        windows.sort((a, b) => a.rps - b.rps);
-        log(`${label}: calls/s of the windows ${windows.map((w) => w.rps.toFixed(0)).join(', ')}`);
-        scenarios.push(toScenario(id, label, windows[Math.floor(windows.length / 2)]!));
+        steady.push({ id, label, window: (seconds) => runCeiling({ ...base, keyed, seconds }) });
       }
-      await credentials?.close();
-      await ceilingSql.end();
     }
 
-    const env = { DATABASE__URL: target.appUrl };
-    const ours = await startServer('dist/apps/server/main.js', ['--role', 'api'], env);
-    servers.push(ours);
-    const serverPid = ours.child.pid!;
     const unkeyed = (): LoadRequest => ({ headers: auth, body: transferBody(accounts) });
     const keyed = (): LoadRequest => ({
       headers: { ...auth, 'idempotency-key': newId() },
       body: transferBody(accounts),
     });
-    const run = async (
-      id: string,
-      label: string,
-      next: () => LoadRequest,
-      server: Server,
-      pid: number,
-      during?: () => Promise<unknown>,
-    ): Promise<ScenarioFigures> => {
-      await measure({
-        url: server.base,
-        path: TRANSFERS,
-        connections: CONNECTIONS,
-        seconds: WARMUP,
-        next,
-        serverPid: pid,
-        postmasterPid: pgPid,
-      });
-      // Several windows, and the one with the median throughput is kept
-      // (with its own latency and CPU figures); a window that runs beside
-      // the cleanup is measured once, as the cleanup empties the table.
-      const windows: LoadFigures[] = [];
-      for (let i = 0; i < (during === undefined ? RUNS : 1); i++) {
-        windows.push(
-          await measure({
-            url: server.base,
-            path: TRANSFERS,
-            connections: CONNECTIONS,
-            // With `during`, the window lasts as long as it runs.
-            seconds: during === undefined ? SECONDS : DURING_CAP_SECONDS,
-            next,
-            serverPid: pid,
-            postmasterPid: pgPid,
-            ...(during === undefined ? {} : { during }),
-          }),
-        );
-      }
-      windows.sort((a, b) => a.rps - b.rps);
-      log(`${label}: req/s of the windows ${windows.map((w) => w.rps.toFixed(0)).join(', ')}`);
-      return toScenario(id, label, windows[Math.floor(windows.length / 2)]!);
-    };
-
     if (wanted('unkeyed')) {
-      scenarios.push(await run('unkeyed', 'unkeyed (baseline)', unkeyed, ours, serverPid));
+      steady.push({
+        id: 'unkeyed',
+        label: 'unkeyed (baseline)',
+        window: httpWindow(unkeyed, ours, serverPid),
+      });
     }
     if (wanted('keyed')) {
-      scenarios.push(await run('keyed', 'keyed, fresh key', keyed, ours, serverPid));
+      steady.push({
+        id: 'keyed',
+        label: 'keyed, fresh key',
+        window: httpWindow(keyed, ours, serverPid),
+      });
     }
 
     // The realistic spread: 1,000 principals of 10 accounts each, every
@@ -473,26 +452,18 @@ async function main(): Promise<void> {
         };
       };
       if (wanted('spread_unkeyed')) {
-        scenarios.push(
-          await run(
-            'spread_unkeyed',
-            `unkeyed, ${String(SPREAD_PRINCIPALS)} principals`,
-            spreadRequest(false),
-            ours,
-            serverPid,
-          ),
-        );
+        steady.push({
+          id: 'spread_unkeyed',
+          label: `unkeyed, ${String(SPREAD_PRINCIPALS)} principals`,
+          window: httpWindow(spreadRequest(false), ours, serverPid),
+        });
       }
       if (wanted('spread_keyed')) {
-        scenarios.push(
-          await run(
-            'spread_keyed',
-            `keyed, ${String(SPREAD_PRINCIPALS)} principals`,
-            spreadRequest(true),
-            ours,
-            serverPid,
-          ),
-        );
+        steady.push({
+          id: 'spread_keyed',
+          label: `keyed, ${String(SPREAD_PRINCIPALS)} principals`,
+          window: httpWindow(spreadRequest(true), ours, serverPid),
+        });
       }
     }
 
@@ -525,16 +496,72 @@ async function main(): Promise<void> {
       );
     }
     if (wanted('read')) {
-      scenarios.push(
-        await run('read', 'authenticated read of a transfer', () => pick(reads), ours, serverPid),
-      );
+      steady.push({
+        id: 'read',
+        label: 'authenticated read of a transfer',
+        window: httpWindow(() => pick(reads), ours, serverPid),
+      });
     }
     if (wanted('replay')) {
-      scenarios.push(
-        await run('replay', 'replay of a completed key', () => pick(replayable), ours, serverPid),
-      );
+      steady.push({
+        id: 'replay',
+        label: 'replay of a completed key',
+        window: httpWindow(() => pick(replayable), ours, serverPid),
+      });
     }
 
+    // The peer library in place of ours, a server of its own on the same
+    // database, idle while the others are measured.
+    if (wanted('peer')) {
+      const peer = await startServer('dist-bench/test/bench/peer-server.js', [], env);
+      servers.push(peer);
+      steady.push({
+        id: 'peer',
+        label: 'peer library, keyed, in memory',
+        window: httpWindow(keyed, peer, peer.child.pid!),
+      });
+    }
+
+    const measured = await runInterleaved(steady, {
+      warmupSeconds: WARMUP,
+      seconds: SECONDS,
+      runs: RUNS,
+      log,
+    });
+    for (const { scenario, figures } of measured) {
+      scenarios.push(toScenario(scenario.id, scenario.label, figures));
+    }
+    for (const close of closers) await close();
+
+    /** A scenario of its own after the rounds: a warm-up, then its windows. */
+    const run = async (
+      id: string,
+      label: string,
+      next: () => LoadRequest,
+      during?: () => Promise<unknown>,
+    ): Promise<ScenarioFigures> => {
+      const window = httpWindow(next, ours, serverPid);
+      await window(WARMUP);
+      // A window that runs beside the cleanup is measured once (the cleanup
+      // empties the table), as long as the cleanup runs.
+      if (during !== undefined) {
+        const once = await measure({
+          url: ours.base,
+          path: TRANSFERS,
+          connections: CONNECTIONS,
+          seconds: DURING_CAP_SECONDS,
+          next,
+          serverPid,
+          postmasterPid: pgPid,
+          during,
+        });
+        return toScenario(id, label, once);
+      }
+      const windows: LoadFigures[] = [];
+      for (let i = 0; i < RUNS; i++) windows.push(await window(SECONDS));
+      log(`${label}: req/s of the windows ${windows.map((w) => w.rps.toFixed(0)).join(', ')}`);
+      return toScenario(id, label, medianWindow(windows));
+    };
     // Bursts of identical requests over their own sockets.
     const agent = new http.Agent({ keepAlive: true, maxSockets: BURST_SIZE });
     const burstMs: number[] = [];
@@ -569,13 +596,7 @@ async function main(): Promise<void> {
     if (wanted('keyed_1m')) {
       await seedKeys(owner, admin, principalId, SEEDED_KEYS, false);
       scenarios.push(
-        await run(
-          'keyed_1m',
-          `keyed, ${String(SEEDED_KEYS / 1e6)}M keys stored`,
-          keyed,
-          ours,
-          serverPid,
-        ),
+        await run('keyed_1m', `keyed, ${String(SEEDED_KEYS / 1e6)}M keys stored`, keyed),
       );
       await owner`truncate idempotency_keys`;
     }
@@ -634,12 +655,10 @@ async function main(): Promise<void> {
           'cleanup_without',
           `keyed, ${String(SEEDED_KEYS / 1e6)}M expired keys, no cleanup`,
           keyed,
-          ours,
-          serverPid,
         ),
       );
       scenarios.push(
-        await run('cleanup_during', 'keyed, cleanup running', keyed, ours, serverPid, async () => {
+        await run('cleanup_during', 'keyed, cleanup running', keyed, async () => {
           const at = performance.now();
           const report = await sync.cleanup();
           underLoad = { deleted: report.deleted, seconds: (performance.now() - at) / 1000 };
@@ -649,18 +668,6 @@ async function main(): Promise<void> {
         `cleanup under load: ${String(underLoad.deleted)} rows in ${underLoad.seconds.toFixed(1)} s`,
       );
     }
-    await stopServer(ours);
-    servers.splice(servers.indexOf(ours), 1);
-
-    // The peer library in place of ours.
-    if (wanted('peer')) {
-      const peer = await startServer('dist-bench/test/bench/peer-server.js', [], env);
-      servers.push(peer);
-      scenarios.push(
-        await run('peer', 'peer library, keyed, in memory', keyed, peer, peer.child.pid!),
-      );
-    }
-
     const figures: BenchFigures = {
       scenarios,
       bursts: {
