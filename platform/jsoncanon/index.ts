@@ -234,7 +234,7 @@ export function parseJsonStrict(text: string): StrictParse {
   // JSON.parse kept the last of two equal names; another parser (a proxy, an
   // auditor, a client library) may keep the first. A body that means two
   // things is refused (RFC 7493, I-JSON).
-  const duplicate = findDuplicateMember(text);
+  const duplicate = findDuplicateMember(text, { value });
   if (duplicate !== undefined) return { ok: false, reason: 'duplicate_member', path: duplicate };
   // Every number this API takes is a whole number (amounts in minor units):
   // one a double would round into a whole number is refused on its text.

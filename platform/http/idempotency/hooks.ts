@@ -24,6 +24,7 @@ import { clearOneTimeSecret, type IdempotencyEntry } from '../../../kernel/idemp
 import { isRetryable } from '../../../kernel/txn/index.js';
 import { answerFromEntry, inProgressProblem, sendAnswer, sendProblem } from './answers.js';
 import { runAttempt, type Decision } from './attempt.js';
+import { cloneBody } from './clone.js';
 import { capturePayload, captureProblem, withSendRefused, type Guard } from './capture.js';
 import { FST_IDEMPOTENCY_HANDLER_CONTRACT, FST_IDEMPOTENCY_INVALID_OPTION } from './errors.js';
 import type { KeyedRoute } from './checks.js';
@@ -288,7 +289,7 @@ export function keyedHooks(
           ? store.recall(state.principalId, state.key, clock.now())
           : null;
         if (found) return await answerExisting(req, reply, state, found);
-        const pristineBody: unknown = structuredClone(req.body);
+        const pristineBody: unknown = cloneBody(req.body);
         const baseHeaders = { ...reply.getHeaders() };
         const guard: Guard = { active: false };
         let attempts = 0;
@@ -313,7 +314,7 @@ export function keyedHooks(
               for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
               for (const [name, value] of Object.entries(baseHeaders))
                 if (value !== undefined) reply.header(name, value);
-              req.body = structuredClone(pristineBody);
+              req.body = cloneBody(pristineBody);
               clearOneTimeSecret();
             },
             invoke: async () => {
