@@ -119,12 +119,20 @@ export class PgAccountRepository implements AccountRepository {
     // the move changes. The move and the record happen only when every
     // check holds; otherwise the statement writes nothing.
     const tx = this.#db.tx('making a transfer');
-    // This statement's plan cannot flip (two primary key lookups, two
-    // writes by primary key), and planning it on every execution costs more
-    // than the round trips it saves (measured: docs/performance.md), so it
-    // runs on a generic plan, the setting put back after it; all three go
-    // in one write.
-    const generic = tx`select set_config('plan_cache_mode', 'force_generic_plan', true)`.execute();
+    // This statement runs on a generic plan: planning it on every
+    // execution costs more than the round trips it saves (measured:
+    // docs/performance.md). A generic plan is cached per connection, and on
+    // a small table its cheapest form for two rows by primary key is a
+    // sequential scan, which the cached plan keeps as the table's dead row
+    // versions pile up: so sequential scans are off for it (and for its
+    // foreign keys' checks, which run under the same settings), which
+    // leaves the primary key and the (principal_id, id) key as the only
+    // ways in (docs/DECISIONS.md, "A generic plan for the one statement of
+    // a transfer"). Both settings are put back after it; all three
+    // statements go in one write.
+    const generic = tx`
+      select set_config('plan_cache_mode', 'force_generic_plan', true),
+             set_config('enable_seqscan', 'off', true)`.execute();
     const statement = tx<
       {
         has_from: boolean;
@@ -174,7 +182,9 @@ export class PgAccountRepository implements AccountRepository {
              (select count(*) from moved)::int as moved,
              (select count(*) from recorded)::int as recorded
         from checks c`.execute();
-    const custom = tx`select set_config('plan_cache_mode', 'force_custom_plan', true)`.execute();
+    const custom = tx`
+      select set_config('plan_cache_mode', 'force_custom_plan', true),
+             set_config('enable_seqscan', 'on', true)`.execute();
     const [, rows] = await Promise.all([generic, statement, custom]);
     const row = rows[0];
     if (row === undefined) throw new Error('a transfer statement returned no row');
