@@ -145,3 +145,70 @@ void t.test(
     reported.close();
   },
 );
+
+void t.test(
+  'a rerun refused for an equal intent of unknown outcome says it may have taken effect, never to state it again',
+  async (t) => {
+    // An attempt was cut off and the repeats met unmarked refusals: the
+    // intent ended outcome_unknown, and its command was killed before it
+    // printed that. The money may have moved: the refusal of the same
+    // command must not offer a second transfer as the way on.
+    const file = path.join(await tempDir(t), 'outbox.sqlite');
+    const outbox = Outbox.open(file);
+    const { intent } = outbox.enqueue(
+      transferIntent({ from_account_id: ID_A, to_account_id: ID_B, amount: 5 }),
+    );
+    outbox.recordAttempt(intent.seq, 3, Date.now());
+    outbox.recordFinal(intent.seq, {
+      attempts: 3,
+      state: 'failed',
+      failure: 'outcome_unknown',
+      answer: {
+        status: 404,
+        replayed: false,
+        marked: false,
+        headers: {},
+        body: JSON.stringify({ code: 'not_found', detail: 'no route (gateway)' }),
+      },
+      now: Date.now(),
+    });
+    outbox.close();
+    const env = {
+      CLIENT_OUTBOX: file,
+      CLIENT_BASE_URL: `http://127.0.0.1:${String(await closedPort())}`,
+      CLIENT_TOKEN: 'tok',
+    };
+    const argv = ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '5', '--wait', '0'];
+    const o = io();
+    t.equal(await runCli(argv, env, o), EXIT.failed, o.err());
+    t.equal(o.out(), '', 'nothing printed as if this command had stated it');
+    const err = o.err();
+    t.equal(err.split('\n').length, 2, `one line: ${err}`);
+    t.match(err, new RegExp(`^client: .*${intent.key}.*outcome`), 'names the key and the outcome');
+    t.match(err, /may have taken effect/, 'says it may have taken effect');
+    t.match(err, /do not state it again/, 'says not to state it again');
+    t.match(
+      err,
+      /check the balances of both accounts \(GET \/api\/v1\/accounts\/\{id\}\)/,
+      'says how to check',
+    );
+    t.match(err, new RegExp(`--key ${intent.key}`), 'names how to print what it met');
+    t.notMatch(
+      err,
+      /--again states a second one/,
+      'does not offer a second transfer as the way on',
+    );
+    // --key, as the refusal says, prints what it met, sending nothing.
+    const byKey = io();
+    t.equal(await runCli([...argv, '--key', intent.key], env, byKey), EXIT.failed, byKey.err());
+    t.match(
+      byKey.out(),
+      new RegExp(
+        `^transfer ${intent.key}: FAILED: outcome unknown: 404 not_found.*may have taken effect`,
+      ),
+    );
+    const after = Outbox.open(file);
+    t.equal(after.list().length, 1, 'no new intent, no new key');
+    after.close();
+  },
+);
