@@ -64,7 +64,9 @@ Every command (flag, or environment variable):
 A transfer or account creation equal to one still pending is refused (exit 3): deliver
 that one with "client outbox drain" (or --key KEY); one equal to an intent settled but whose
 result was never printed (its command was killed, or a drain settled it) is refused too
-(exit 3): the same command with --key KEY prints its answer; --again states a second one.
+(exit 3): the same command with --key KEY prints its answer; --again states a second one,
+except after an unknown outcome, which may have taken effect: do not state it again until a
+check shows it did not.
 Commands that send (transfer, accounts create, outbox drain):
   --base-url URL         CLIENT_BASE_URL     the server's origin, e.g. http://127.0.0.1:3000 (required)
   --token TOKEN          CLIENT_TOKEN        the bearer token (required; prefer the variable)

@@ -138,8 +138,14 @@ function seconds(ms: number): string {
   return ms < 1_000 ? `${String(ms)}ms` : `${(ms / 1_000).toFixed(1)}s`;
 }
 
-/** What to check when an intent may or may not have taken effect. */
-function checkAdvice(intent: Intent): string {
+/**
+ * What to check when an intent may or may not have taken effect, in the
+ * words of its operation.
+ *
+ * @param intent the intent.
+ * @returns the advice, e.g. `check the balances of both accounts (...)`.
+ */
+export function checkAdvice(intent: Pick<Intent, 'operation' | 'method' | 'path'>): string {
   switch (intent.operation) {
     case 'createTransfer':
       return 'check the balances of both accounts (GET /api/v1/accounts/{id})';

@@ -18,6 +18,7 @@ import {
   type SendSettings,
 } from './cli-command.js';
 import {
+  checkAdvice,
   eventJson,
   intentJson,
   listLine,
@@ -251,6 +252,10 @@ async function run(
 function equalMessage(equal: Intent): string {
   if (equal.state === 'pending') {
     return `a ${equal.operation} equal to this one is pending under key ${equal.key}: run "client outbox drain" to deliver it (or repeat with --key ${equal.key}); --again states a second one`;
+  }
+  if (equal.failure === 'outcome_unknown') {
+    // The money may have moved: the way on is a check, not a second one.
+    return `a ${equal.operation} equal to this one was stated under key ${equal.key} and its outcome is unknown (failed outcome_unknown), its result never printed: an attempt may have taken effect, so do not state it again: ${checkAdvice(equal)}; the same command with --key ${equal.key} prints what it met, sending nothing; only once the check shows it did not take effect, --again states a new one`;
   }
   // Settled by a drain, a library caller or a command killed before it
   // printed: its answer is not this command's to print, nor its exit 0.

@@ -130,3 +130,38 @@ void t.test('the verdict of an intent', (t) => {
   t.equal(of({ state: 'pending', answer: null }), 'pending');
   t.end();
 });
+
+void t.test(
+  'the refusal of an equal intent of unknown outcome says it may have taken effect, never to state it again',
+  async (t) => {
+    const file = await tempFile(t);
+    const client = open(file);
+    t.teardown(() => {
+      client.close();
+    });
+    const first = client.state(transferIntent(BODY)).intent;
+    client.outbox.recordAttempt(first.seq, 2, 5);
+    client.outbox.recordFinal(first.seq, {
+      attempts: 2,
+      state: 'failed',
+      failure: 'outcome_unknown',
+      answer: { status: 404, replayed: false, marked: false, headers: {}, body: '{}' },
+      now: 6,
+    });
+    const refused = (() => {
+      try {
+        client.state(transferIntent(BODY));
+      } catch (err) {
+        return err;
+      }
+      return undefined;
+    })();
+    t.type(refused, EqualIntentError);
+    const message = (refused as Error).message;
+    t.match(message, first.key);
+    t.match(message, /may have taken effect/);
+    t.match(message, /do not state it again/);
+    t.match(message, /check whether it took effect/);
+    t.notMatch(message, /state with again to mean a second one/);
+  },
+);

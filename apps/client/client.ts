@@ -27,7 +27,10 @@ export class EqualIntentError extends Error {
    */
   constructor(readonly intent: Intent) {
     super(
-      `a ${intent.operation} equal to this one was stated under key ${intent.key} and is ${intent.state}${intent.failure === null ? '' : ` (${intent.failure})`}, its result never reported: deliver it with that key, or state with again to mean a second one`,
+      intent.failure === 'outcome_unknown'
+        ? // The request may have taken effect: a second one could do it twice.
+          `a ${intent.operation} equal to this one was stated under key ${intent.key} and its outcome is unknown (failed outcome_unknown), its result never reported: an attempt may have taken effect, so do not state it again: check whether it took effect (read what ${intent.method} ${intent.path} writes), and read what it met with that key; state with again only once the check shows it did not`
+        : `a ${intent.operation} equal to this one was stated under key ${intent.key} and is ${intent.state}${intent.failure === null ? '' : ` (${intent.failure})`}, its result never reported: deliver it with that key, or state with again to mean a second one`,
     );
   }
 }

@@ -6,6 +6,7 @@
 import t from 'tap';
 import { parseProcIo, parseProcStat } from './proc.js';
 import {
+  formatClient,
   formatReport,
   judgeTargets,
   renderChart,
@@ -64,6 +65,17 @@ function figures(
       bareDeleteRowsPerSecond: 350_000,
       underLoadRowsPerSecond: 90_000,
     },
+    client: {
+      runs: 20,
+      nodeMedianMs: 40,
+      httpMedianMs: 15,
+      transferMedianMs: 110,
+      transferMaxMs: 180,
+      overheadMedianMs: v('client_overhead', 55),
+      overheadMaxMs: 120,
+      exitAfterWriteMedianMs: v('client_exit', 4),
+      exitAfterWriteMaxMs: 30,
+    },
   };
 }
 
@@ -81,6 +93,8 @@ void t.test('targets are judged from the ratios, at their thresholds', (t) => {
       ['cleanup alone / bare batched DELETE of the same rows', true],
       ['effects per burst of identical requests (all bursts)', true],
       ['in-process ceiling / physical limit, unkeyed', true],
+      ['client transfer less node -e 0 and its HTTP exchanges, median ms', true],
+      ['client exit after its last write, median ms', true],
     ],
   );
   t.equal(met[8]!.value, 0.6);
@@ -99,13 +113,15 @@ void t.test('targets are judged from the ratios, at their thresholds', (t) => {
         cleanup: 279_999,
         peer: 1000,
         limit_unkeyed: 3000,
+        client_overhead: 61,
+        client_exit: 21,
       },
       [1, 2, 1],
     ),
   );
   t.same(
     missed.map((r) => r.met),
-    [false, false, false, false, false, false, false, false, false],
+    [false, false, false, false, false, false, false, false, false, false, false],
     'every target can be missed',
   );
   t.equal(missed[1]!.value, 0.8);
@@ -118,6 +134,28 @@ void t.test('a target exactly at its threshold is met; NaN never is', (t) => {
   t.equal(exact[1]!.met, true);
   const nan = judgeTargets(figures({ unkeyed: 0, keyed: 0 }));
   t.equal(nan[1]!.met, false, '0 / 0 is NaN, not met');
+  t.end();
+});
+
+void t.test('the client targets are met at 60 and 20 ms, never when it did not run', (t) => {
+  const exact = judgeTargets(figures({ client_overhead: 60, client_exit: 20 }));
+  t.same(
+    exact.slice(9).map((r) => [r.value, r.met]),
+    [
+      [60, true],
+      [20, true],
+    ],
+  );
+  const f = figures();
+  const none = { ...f.client, runs: 0, overheadMedianMs: NaN, exitAfterWriteMedianMs: NaN };
+  t.same(
+    judgeTargets({ ...f, client: none })
+      .slice(9)
+      .map((r) => r.met),
+    [false, false],
+    'a client scenario that did not run is no met target',
+  );
+  t.equal(formatClient(none), '', 'and prints no line');
   t.end();
 });
 
@@ -141,6 +179,15 @@ void t.test('the report and the table align their columns and mark misses', (t) 
   t.match(text, /cleanup alone \/ bare batched DELETE of the same rows\s+0\.89\s+>= 0\.8\s+met/);
   t.match(text, /bare batched DELETE 350000 rows\/s/);
   t.match(text, /effects per burst: 1; answers: 201 3, 201 replay 189/);
+  t.match(
+    text,
+    /^client transfer, 20 runs: median 110\.0 ms, max 180\.0 ms \(node -e 0 median 40\.0 ms, its HTTP exchanges median 15\.0 ms\); over both: median 55\.0 ms, max 120\.0 ms; exit after its last write: median 4\.0 ms, max 30\.0 ms$/m,
+  );
+  t.match(
+    text,
+    /client transfer less node -e 0 and its HTTP exchanges, median ms\s+55\.00\s+<= 60\s+met/,
+  );
+  t.match(text, /client exit after its last write, median ms\s+4\.00\s+<= 20\s+met/);
   t.end();
 });
 

@@ -29,6 +29,28 @@ export interface ScenarioFigures {
   readonly pgWrites: number;
 }
 
+/**
+ * The client scenario (test/bench/client.ts): the built command line's
+ * `client transfer` on an outbox with nothing pending, beside a bare
+ * `node -e 0` and the same HTTP exchanges made from the bench's process,
+ * in milliseconds. Every figure is NaN when the scenario did not run.
+ */
+export interface ClientFigures {
+  /** Measured runs (0 when the scenario did not run). */
+  readonly runs: number;
+  readonly nodeMedianMs: number;
+  /** `GET /api/v1/me` and the keyed `POST /api/v1/transfers`, one connection. */
+  readonly httpMedianMs: number;
+  readonly transferMedianMs: number;
+  readonly transferMaxMs: number;
+  /** Per run: the transfer's wall time less `node -e 0` and the exchanges of that run. */
+  readonly overheadMedianMs: number;
+  readonly overheadMaxMs: number;
+  /** From the arrival of the transfer's last output (its result line) to its exit. */
+  readonly exitAfterWriteMedianMs: number;
+  readonly exitAfterWriteMaxMs: number;
+}
+
 /** All the measured figures of one run. */
 export interface BenchFigures {
   readonly scenarios: readonly ScenarioFigures[];
@@ -55,6 +77,8 @@ export interface BenchFigures {
     readonly bareDeleteRowsPerSecond: number;
     readonly underLoadRowsPerSecond: number;
   };
+  /** The command line's wall time and exit. */
+  readonly client: ClientFigures;
 }
 
 /** One target, judged. */
@@ -93,7 +117,7 @@ function judge(name: string, value: number, op: '>=' | '<=', threshold: number):
  *
  * @param figures the run; needs scenarios limit_unkeyed, ceiling_unkeyed,
  *   unkeyed, keyed, read, replay, keyed_1m, cleanup_without, cleanup_during
- *   and peer.
+ *   and peer, and the client figures.
  * @returns one result per target, in the chapter's order.
  * @throws Error when a scenario is missing.
  */
@@ -134,6 +158,18 @@ export function judgeTargets(figures: BenchFigures): TargetResult[] {
       rps('ceiling_unkeyed') / rps('limit_unkeyed'),
       '>=',
       0.5,
+    ),
+    judge(
+      'client transfer less node -e 0 and its HTTP exchanges, median ms',
+      figures.client.overheadMedianMs,
+      '<=',
+      60,
+    ),
+    judge(
+      'client exit after its last write, median ms',
+      figures.client.exitAfterWriteMedianMs,
+      '<=',
+      20,
     ),
   ];
 }
@@ -196,8 +232,20 @@ export function formatScenarios(figures: BenchFigures): string {
 }
 
 /**
- * The report printed on stdout: the scenarios, the bursts, the cleanup and
- * the targets.
+ * The client scenario in one line, for the report and for a run of a
+ * subset (`--only client`).
+ *
+ * @param c the client figures of the run.
+ * @returns the line, without a newline; empty when the scenario did not run.
+ */
+export function formatClient(c: ClientFigures): string {
+  if (c.runs === 0) return '';
+  return `client transfer, ${String(c.runs)} runs: median ${fixed(c.transferMedianMs, 1)} ms, max ${fixed(c.transferMaxMs, 1)} ms (node -e 0 median ${fixed(c.nodeMedianMs, 1)} ms, its HTTP exchanges median ${fixed(c.httpMedianMs, 1)} ms); over both: median ${fixed(c.overheadMedianMs, 1)} ms, max ${fixed(c.overheadMaxMs, 1)} ms; exit after its last write: median ${fixed(c.exitAfterWriteMedianMs, 1)} ms, max ${fixed(c.exitAfterWriteMaxMs, 1)} ms`;
+}
+
+/**
+ * The report printed on stdout: the scenarios, the bursts, the cleanup, the
+ * client and the targets.
  *
  * @param figures the run.
  * @returns the text.
@@ -221,7 +269,8 @@ export function formatReport(figures: BenchFigures): string {
       t.met ? 'met' : 'MISSED',
     ]),
   );
-  return `${scenarios}\n\n${bursts}\n${cleanup}\n\n${targets}\n`;
+  const client = formatClient(figures.client);
+  return `${scenarios}\n\n${bursts}\n${cleanup}\n${client === '' ? '' : `${client}\n`}\n${targets}\n`;
 }
 
 function escapeXml(s: string): string {

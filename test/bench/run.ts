@@ -19,7 +19,9 @@
  * - then, one after the other: bursts of identical keyed requests (time
  *   until all answered, effects); keyed transfers with 1,000,000 keys
  *   stored (seeded with SQL); cleanup of 1,000,000 expired keys, alone,
- *   against a bare batched DELETE, and under keyed load.
+ *   against a bare batched DELETE, and under keyed load; the built command
+ *   line's `client transfer`, against `node -e 0` plus its HTTP exchanges,
+ *   and its exit after its last write (client.ts).
  *
  * Prints a table, writes `.bench-results/<time>.json` and
  * `.bench-results/chart.svg`; with `--publish` also copies both to
@@ -29,7 +31,8 @@
  * (default 16), `--keys N`
  * (seeded keys, default 1000000), `--bursts N` (default 50), `--only
  * unkeyed,keyed` (run only these load scenarios; no targets are judged),
- * `--cpu-prof` (the servers write V8 CPU profiles to .bench-results/profiles).
+ * `--cpu-prof` (the servers write V8 CPU profiles to .bench-results/profiles),
+ * `--client-runs N` (runs of the client scenario, default 20).
  * Every scenario also reports its writes to PostgreSQL per request.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -60,16 +63,19 @@ import {
   unitOfWorkSettings,
 } from '../../platform/pg/uow.js';
 import { runCeiling } from './ceiling.js';
+import { builtClient, runClient } from './client.js';
 import { runLimit } from './limit.js';
 import { medianWindow, runInterleaved, type SteadyScenario } from './rounds.js';
 import { burst, measure, type LoadFigures, type LoadRequest } from './load.js';
 import { postmasterPid } from './proc.js';
 import {
+  formatClient,
   formatReport,
   formatScenarios,
   judgeTargets,
   renderChart,
   type BenchFigures,
+  type ClientFigures,
   type ScenarioFigures,
 } from './report.js';
 
@@ -81,6 +87,7 @@ const { values: cli } = parseArgs({
     keys: { type: 'string', default: '1000000' },
     bursts: { type: 'string', default: '50' },
     runs: { type: 'string', default: '3' },
+    'client-runs': { type: 'string', default: '20' },
     publish: { type: 'boolean', default: false },
     only: { type: 'string', default: '' },
     'cpu-prof': { type: 'boolean', default: false },
@@ -101,6 +108,7 @@ const CONNECTIONS = positive('connections', cli.connections);
 const SEEDED_KEYS = positive('keys', cli.keys);
 const BURSTS = positive('bursts', cli.bursts);
 const RUNS = positive('runs', cli.runs);
+const CLIENT_RUNS = positive('client-runs', cli['client-runs']);
 const ONLY = new Set(cli.only.split(',').filter((x) => x !== ''));
 /** The runtime package.json pins (nodeRuntime.version): every figure says whether it ran on it. */
 const PINNED_NODE = (
@@ -237,6 +245,15 @@ async function seedKeys(
   log(
     `seeded ${String(count)} ${expired ? 'expired' : 'live'} keys in ${((performance.now() - started) / 1000).toFixed(1)} s`,
   );
+}
+
+/** A run of a subset: its load scenarios, if any, and the client's line when it ran. */
+function partial(figures: BenchFigures): string {
+  const parts = [
+    figures.scenarios.length === 0 ? '' : formatScenarios(figures),
+    formatClient(figures.client),
+  ];
+  return `${parts.filter((p) => p !== '').join('\n\n')}\n`;
 }
 
 async function main(): Promise<void> {
@@ -562,6 +579,35 @@ async function main(): Promise<void> {
       log(`${label}: req/s of the windows ${windows.map((w) => w.rps.toFixed(0)).join(', ')}`);
       return toScenario(id, label, medianWindow(windows));
     };
+
+    // The command line, against the same server: a process per transfer.
+    let client: ClientFigures = {
+      runs: 0,
+      nodeMedianMs: NaN,
+      httpMedianMs: NaN,
+      transferMedianMs: NaN,
+      transferMaxMs: NaN,
+      overheadMedianMs: NaN,
+      overheadMaxMs: NaN,
+      exitAfterWriteMedianMs: NaN,
+      exitAfterWriteMaxMs: NaN,
+    };
+    if (wanted('client')) {
+      const main = builtClient(projectRoot());
+      await fs.access(main).catch(() => {
+        throw new Error(`${main} is missing: run the bench through make bench, which builds it`);
+      });
+      client = await runClient({
+        base: ours.base,
+        token,
+        accounts,
+        outbox: path.join(rootDir, 'client-outbox.sqlite'),
+        main,
+        runs: CLIENT_RUNS,
+      });
+      log(formatClient(client));
+    }
+
     // Bursts of identical requests over their own sockets.
     const agent = new http.Agent({ keepAlive: true, maxSockets: BURST_SIZE });
     const burstMs: number[] = [];
@@ -684,6 +730,7 @@ async function main(): Promise<void> {
         bareDeleteRowsPerSecond,
         underLoadRowsPerSecond: underLoad.deleted / Math.max(underLoad.seconds, 1e-9),
       },
+      client,
     };
     const machine = {
       cpus: os.cpus().length,
@@ -727,9 +774,7 @@ async function main(): Promise<void> {
       await fs.writeFile(path.join(docs, 'results.json'), json);
       await fs.writeFile(path.join(docs, 'chart.svg'), svg);
     }
-    process.stdout.write(
-      `\n${caption}\n\n${complete ? formatReport(figures) : `${formatScenarios(figures)}\n`}`,
-    );
+    process.stdout.write(`\n${caption}\n\n${complete ? formatReport(figures) : partial(figures)}`);
     log(`results in ${dir}`);
     await owner.end();
     await admin.end();
