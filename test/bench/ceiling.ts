@@ -159,6 +159,7 @@ export async function driveCalls(
     nodeCpuUsPerRequest: n === 0 ? 0 : (node1 - node0) / n,
     pgCpuUsPerRequest: n === 0 ? 0 : (pg1 - pg0) / n,
     pgWritesPerRequest: n === 0 ? 0 : (writes1 - writes0) / n,
+    loadCpuUsPerRequest: 0,
   };
 }
 

@@ -59,6 +59,13 @@ export interface LoadFigures {
    * level warn, so it writes no log lines).
    */
   readonly pgWritesPerRequest: number;
+  /**
+   * CPU per request of the load generator (autocannon, in the bench's own
+   * process), which shares the machine's cores with the server and
+   * PostgreSQL; 0 where the caller is the process measured (the ceiling,
+   * the limit), whose own CPU is the Node.js figure.
+   */
+  readonly loadCpuUsPerRequest: number;
 }
 
 /**
@@ -72,6 +79,7 @@ export async function measure(options: LoadOptions): Promise<LoadFigures> {
   const node0 = processCpuMicros(options.serverPid);
   const pg0 = treeCpuMicros(options.postmasterPid);
   const writes0 = processWrites(options.serverPid);
+  const load0 = process.cpuUsage();
   const started = performance.now();
   let instance: autocannon.Instance | undefined;
   const finished = new Promise<autocannon.Result>((resolve, reject) => {
@@ -124,6 +132,7 @@ export async function measure(options: LoadOptions): Promise<LoadFigures> {
   const node1 = processCpuMicros(options.serverPid);
   const pg1 = treeCpuMicros(options.postmasterPid);
   const writes1 = processWrites(options.serverPid);
+  const load = process.cpuUsage(load0);
   const requests = result.requests.total;
   const statuses: Record<string, number> = {};
   for (const [code, stat] of Object.entries(result.statusCodeStats ?? {})) {
@@ -141,6 +150,7 @@ export async function measure(options: LoadOptions): Promise<LoadFigures> {
     nodeCpuUsPerRequest: requests === 0 ? 0 : (node1 - node0) / requests,
     pgCpuUsPerRequest: requests === 0 ? 0 : (pg1 - pg0) / requests,
     pgWritesPerRequest: requests === 0 ? 0 : (writes1 - writes0) / requests - 1,
+    loadCpuUsPerRequest: requests === 0 ? 0 : (load.user + load.system) / requests,
   };
 }
 

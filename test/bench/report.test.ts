@@ -28,6 +28,7 @@ function s(id: string, rps: number, p99Ms = 10): ScenarioFigures {
     nodeCpuUs: 300,
     pgCpuUs: 400,
     pgWrites: 4.5,
+    loadCpuUs: 90,
   };
 }
 
@@ -176,6 +177,8 @@ void t.test('the report and the table align their columns and mark misses', (t) 
   t.match(text, /unkeyed HTTP \/ in-process ceiling\s+0\.83\s+>= 0\.8\s+met/);
   t.match(text, /pg writes\/req/, 'the writes to PostgreSQL per request are a column');
   t.match(text, /\s4\.5\s/);
+  t.match(text, /load us\/req/, "the load generator's CPU per request is a column");
+  t.match(text, /\s4\.5\s+90\s*$/m, 'its figure follows the writes');
   t.match(text, /cleanup alone \/ bare batched DELETE of the same rows\s+0\.89\s+>= 0\.8\s+met/);
   t.match(text, /bare batched DELETE 350000 rows\/s/);
   t.match(text, /effects per burst: 1; answers: 201 3, 201 replay 189/);

@@ -27,6 +27,12 @@ export interface ScenarioFigures {
    * one round trip's send: statements postgres.js pipelines go in one.
    */
   readonly pgWrites: number;
+  /**
+   * CPU microseconds per request of the load generator (autocannon in the
+   * bench's process) on the same cores; 0 for the in-process scenarios,
+   * whose callers' CPU is in `nodeCpuUs`.
+   */
+  readonly loadCpuUs: number;
 }
 
 /**
@@ -215,6 +221,7 @@ export function formatScenarios(figures: BenchFigures): string {
       'node us/req',
       'pg us/req',
       'pg writes/req',
+      'load us/req',
     ],
     figures.scenarios.map((s) => [
       s.label,
@@ -227,6 +234,7 @@ export function formatScenarios(figures: BenchFigures): string {
       fixed(s.nodeCpuUs, 0),
       fixed(s.pgCpuUs, 0),
       fixed(s.pgWrites, 1),
+      fixed(s.loadCpuUs, 0),
     ]),
   );
 }

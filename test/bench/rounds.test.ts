@@ -21,6 +21,7 @@ function figures(rps: number): LoadFigures {
     nodeCpuUsPerRequest: 1,
     pgCpuUsPerRequest: 1,
     pgWritesPerRequest: 1,
+    loadCpuUsPerRequest: 1,
   };
 }
 

@@ -208,6 +208,7 @@ function toScenario(id: string, label: string, f: LoadFigures): ScenarioFigures 
     nodeCpuUs: f.nodeCpuUsPerRequest,
     pgCpuUs: f.pgCpuUsPerRequest,
     pgWrites: f.pgWritesPerRequest,
+    loadCpuUs: f.loadCpuUsPerRequest,
   };
 }
 
