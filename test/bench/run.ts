@@ -8,7 +8,8 @@
  *   (rounds.ts), so every ratio's two sides meet the same minutes: the
  *   physical limit (the same transfer as one raw postgres.js statement in
  *   an implicit transaction, unkeyed and with its completed key row,
- *   limit.ts); the in-process ceiling (the same transfer use case, unkeyed
+ *   limit.ts); the key's cost piece by piece as raw statements
+ *   (shape.ts); the in-process ceiling (the same transfer use case, unkeyed
  *   and keyed, called by concurrent callers in this process with no HTTP,
  *   ceiling.ts); unkeyed transfers (the baseline: same route, same
  *   transaction); keyed transfers, a fresh key per request; both over
@@ -66,6 +67,7 @@ import { runCeiling } from './ceiling.js';
 import { builtClient, runClient } from './client.js';
 import { runLimit } from './limit.js';
 import { medianWindow, runInterleaved, type SteadyScenario } from './rounds.js';
+import { runShape, SHAPES, type Shape } from './shape.js';
 import { burst, measure, type LoadFigures, type LoadRequest } from './load.js';
 import { postmasterPid } from './proc.js';
 import {
@@ -124,6 +126,14 @@ const wanted = (id: string): boolean => ONLY.size === 0 || ONLY.has(id);
 const SPREAD_PRINCIPALS = 1_000;
 const SPREAD_ACCOUNTS = 10_000;
 const BURST_SIZE = 64;
+/** The key shape scenarios' lines (shape.ts). */
+const SHAPE_LABELS: Record<Shape, string> = {
+  unkeyed: 'unkeyed, raw statements',
+  row: '+ completed key row in the first write',
+  update: '+ row in progress, completed with the COMMIT',
+  savepoint: '+ savepoint after the insert',
+  round_trip: '+ transfer after the insert is answered',
+};
 /** The longest window measured while the cleanup runs. */
 const DURING_CAP_SECONDS = 600;
 const ACCOUNTS = 256;
@@ -349,6 +359,33 @@ async function main(): Promise<void> {
           postmasterPid: pgPid,
         };
         steady.push({ id, label, window: (seconds) => runLimit({ ...base, seconds }) });
+      }
+    }
+
+    // The key's cost piece by piece (shape.ts): raw statements on a
+    // reserved connection, the same pool size and callers as the limit.
+    if (SHAPES.some((shape) => wanted(`shape_${shape}`)) || wanted('shape')) {
+      const shapeSql = createSql(target.appUrl, {
+        max: config.database.pool_max,
+        applicationName: 'bench-shape',
+      });
+      closers.push(() => shapeSql.end());
+      for (const shape of SHAPES) {
+        if (!wanted('shape') && !wanted(`shape_${shape}`)) continue;
+        const base = {
+          sql: shapeSql,
+          principalId,
+          accounts,
+          shape,
+          concurrency: CONNECTIONS,
+          ttlMs: config.sync.idempotency_key_ttl,
+          postmasterPid: pgPid,
+        };
+        steady.push({
+          id: `shape_${shape}`,
+          label: `key shape: ${SHAPE_LABELS[shape]}`,
+          window: (seconds) => runShape({ ...base, seconds }),
+        });
       }
     }
 
