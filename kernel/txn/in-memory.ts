@@ -1,5 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import {
+  claimKeyedTransaction,
   isRetryable,
   TransactionRequiredError,
   type UnitOfWork,
@@ -87,6 +88,9 @@ export class InMemoryUnitOfWork implements UnitOfWork {
         throw err;
       }
     }
+    // As the PostgreSQL unit of work: inside a keyed request only the key's
+    // own transaction may be opened.
+    claimKeyedTransaction('a unit of work opening a transaction');
     for (let attempt = 1; ; attempt++) {
       const tx = this.newTransaction();
       try {

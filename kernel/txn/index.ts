@@ -7,6 +7,14 @@
  * @packageDocumentation
  */
 
+export {
+  claimKeyedTransaction,
+  keyedTransactionRefusal,
+  refuseOutsideKeyedTransaction,
+  TransactionEscapeError,
+  withinKeyedTransaction,
+} from './boundary.js';
+
 /** Options of {@link UnitOfWork.run}. */
 export interface UnitOfWorkOptions {
   /**

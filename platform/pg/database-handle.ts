@@ -5,7 +5,11 @@
  * connections units of work reserve (transaction.ts).
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { PoolInsideTransactionError, TransactionRequiredError } from '../../kernel/txn/index.js';
+import {
+  PoolInsideTransactionError,
+  refuseOutsideKeyedTransaction,
+  TransactionRequiredError,
+} from '../../kernel/txn/index.js';
 import {
   sessionTimeoutsOf,
   type ISql,
@@ -106,10 +110,15 @@ export class PgDatabase {
    * else the pool.
    *
    * @returns a postgres.js client.
+   * @throws TransactionEscapeError for the pool inside a keyed request
+   *   (kernel/txn): a statement there would commit without the key.
    */
   sql(): ISql {
     const frame = this.storage.getStore();
-    if (frame === undefined) return this.pool;
+    if (frame === undefined) {
+      refuseOutsideKeyedTransaction('a statement through the pool');
+      return this.pool;
+    }
     if (frame.life.ended !== undefined) throw new TransactionEndedError(frame.life.ended);
     return frame.tx;
   }
@@ -135,10 +144,12 @@ export class PgDatabase {
    *
    * @param what the operation, for the error message.
    * @returns the pool.
-   * @throws PoolInsideTransactionError inside a unit of work.
+   * @throws PoolInsideTransactionError inside a unit of work;
+   *   TransactionEscapeError inside a keyed request (kernel/txn).
    */
   poolOutsideTransaction(what: string): Sql {
     if (this.storage.getStore()) throw new PoolInsideTransactionError(what);
+    refuseOutsideKeyedTransaction(what);
     return this.pool;
   }
 

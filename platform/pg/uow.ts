@@ -7,7 +7,12 @@
  * statements after them.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { isRetryable, type UnitOfWork, type UnitOfWorkOptions } from '../../kernel/txn/index.js';
+import {
+  claimKeyedTransaction,
+  isRetryable,
+  type UnitOfWork,
+  type UnitOfWorkOptions,
+} from '../../kernel/txn/index.js';
 import type { TransactionSql } from './client.js';
 import { PgDatabase, type Frame } from './database-handle.js';
 import {
@@ -170,7 +175,9 @@ export class PgUnitOfWork implements UnitOfWork {
       if (outer.life.ended !== undefined) throw new TransactionEndedError(outer.life.ended);
       return this.savepoint(outer, fn);
     }
-    this.db.poolOutsideTransaction('opening a unit of work');
+    // No ambient transaction of this database: inside a keyed request this
+    // must be the key's own, or its writes would commit without the key.
+    claimKeyedTransaction('a unit of work opening a transaction');
     const transactionMs = this.options.transactionTimeoutMs;
     const deadlines =
       transactionMs > 0

@@ -18,7 +18,12 @@ import {
   type IdempotencyRequest,
   type IdempotencyStore,
 } from '../../../kernel/idempotency/index.js';
-import type { UnitOfWork, UnitOfWorkOptions } from '../../../kernel/txn/index.js';
+import {
+  keyedTransactionRefusal,
+  withinKeyedTransaction,
+  type UnitOfWork,
+  type UnitOfWorkOptions,
+} from '../../../kernel/txn/index.js';
 import { isSuccess, type Captured } from './capture.js';
 
 /** Final problems: stored (after rolling back to the savepoint) like a 2xx. */
@@ -138,13 +143,21 @@ export function resourceIdOf(body: unknown): Id | null {
 }
 
 /**
- * Runs a keyed request's attempts and decides how it ended.
+ * Runs a keyed request's attempts and decides how it ended. Inside them the
+ * only transaction a unit of work may open is the key's: a handler's write
+ * through another pool or unit of work is refused before it is sent
+ * (kernel/txn, `withinKeyedTransaction`), and the attempt then fails with
+ * nothing stored.
  *
  * @param input the store, the unit of work, the key, the handler's call.
  * @param name the unit of work's name (the route's operationId).
  * @returns the decision; never throws.
  */
-export async function runAttempt(input: AttemptInput, name: string): Promise<Decision> {
+export function runAttempt(input: AttemptInput, name: string): Promise<Decision> {
+  return withinKeyedTransaction(() => attemptInTransaction(input, name));
+}
+
+async function attemptInTransaction(input: AttemptInput, name: string): Promise<Decision> {
   const { store, transaction } = input;
   // Set inside the attempt, read after it: whether the answer was stored
   // when the unit of work failed (then the commit failed).
@@ -177,6 +190,11 @@ export async function runAttempt(input: AttemptInput, name: string): Promise<Dec
                 keyWaited();
               }
               const answer = await input.invoke();
+              // A write the handler sent outside the key's transaction was
+              // refused (kernel/txn): fail even if the handler caught it,
+              // since its answer may claim an effect that never happened.
+              const refused = keyedTransactionRefusal();
+              if (refused !== undefined) throw refused;
               return { keep: isSuccess(answer), value: { kind: 'answer', answer } };
             },
             { nested: true },

@@ -39,3 +39,16 @@ export const FST_IDEMPOTENCY_HANDLER_CONTRACT = createError<[string]>(
   'a keyed handler must return %s',
   500,
 );
+
+/**
+ * A route declares `config.idempotent` but was declared before the plugin
+ * was registered, so the plugin never compiled it: every request of it
+ * fails with a 500 instead of running unguarded (Fastify lists no routes
+ * declared earlier, so this cannot be refused at start-up).
+ * Argument: the route's label (method, URL, operationId).
+ */
+export const FST_IDEMPOTENCY_ROUTE_NOT_GUARDED = createError<[string]>(
+  'FST_IDEMPOTENCY_ROUTE_NOT_GUARDED',
+  'Idempotency-Key route %s was declared before the idempotency plugin was registered, so the plugin does not guard it: register the plugin before the routes it guards',
+  500,
+);

@@ -13,6 +13,7 @@ export { OUTCOMES, type Outcome } from './outcome.js';
 export {
   FST_IDEMPOTENCY_HANDLER_CONTRACT,
   FST_IDEMPOTENCY_INVALID_OPTION,
+  FST_IDEMPOTENCY_ROUTE_NOT_GUARDED,
   FST_IDEMPOTENCY_ROUTE_REFUSED,
 } from './errors.js';
 export { documentKeyedRoute, KEY_LIFETIME_DOC } from './openapi.js';

@@ -17,9 +17,15 @@
  * options, the route config, the handler contract, errors and outcomes.
  */
 import fp from 'fastify-plugin';
-import type { FastifyInstance, onSendAsyncHookHandler } from 'fastify';
+import type {
+  FastifyContextConfig,
+  FastifyInstance,
+  onRequestHookHandler,
+  onSendAsyncHookHandler,
+} from 'fastify';
 import { KEY_LIFETIME_HEADER, keyLifetimeValue } from './answers.js';
-import { checkKeyedRoute } from './checks.js';
+import { checkKeyedRoute, routeLabel } from './checks.js';
+import { FST_IDEMPOTENCY_ROUTE_NOT_GUARDED } from './errors.js';
 import { keyedHooks } from './hooks.js';
 import { resolveOptions, type IdempotencyEvent, type IdempotencyOptions } from './options.js';
 import { SingleFlight } from './single-flight.js';
@@ -59,6 +65,51 @@ export interface IdempotencyDecorator {
    * @param url the route's URL as declared.
    */
   guards(method: string, url: string): boolean;
+}
+
+/**
+ * Set on the config of every route the plugin compiled. Fastify copies a
+ * route's config (symbol keys included) into the config a request sees, so
+ * the misorder guard can tell a compiled keyed route from one declared
+ * before the plugin.
+ */
+const COMPILED: unique symbol = Symbol('idempotency.compiled');
+
+type MarkedConfig = { readonly [COMPILED]?: true; readonly idempotent?: boolean | 'required' };
+
+/**
+ * The guard against a keyed route declared before the plugin. Fastify
+ * gives a plugin no list of the routes declared before it (`onRoute` only
+ * sees later ones, and `printRoutes` shows no route config), so it cannot
+ * be refused at start-up. A lifecycle hook, however, reaches every route of
+ * the plugin's context and of its children, earlier ones included, because
+ * Fastify gives each route its hooks only when the server gets ready. So
+ * such a route answers every request with a 500 naming the misorder, logged
+ * the first time, and its handler never runs without a key's transaction.
+ *
+ * @returns an `onRequest` hook; it costs a route that is not keyed one
+ *   property read.
+ */
+function misorderGuard(): onRequestHookHandler {
+  const logged = new WeakSet<object>();
+  return function idempotencyMisorderGuard(request, _reply, done) {
+    const options = request.routeOptions;
+    const config = options.config as MarkedConfig;
+    const flag = config.idempotent;
+    if ((flag !== true && flag !== 'required') || config[COMPILED] === true) {
+      done();
+      return;
+    }
+    const url = options.url ?? request.url;
+    const err = new FST_IDEMPOTENCY_ROUTE_NOT_GUARDED(
+      routeLabel({ method: request.method, url, schema: options.schema ?? {} }),
+    );
+    if (!logged.has(config)) {
+      logged.add(config);
+      request.log.error({ err, route: `${request.method} ${url}` }, err.message);
+    }
+    done(err);
+  };
 }
 
 function toArray<T>(v: T | T[] | undefined): T[] {
@@ -102,6 +153,8 @@ async function idempotency(app: FastifyInstance, opts: IdempotencyOptions): Prom
     return Promise.resolve(payload);
   };
 
+  app.addHook('onRequest', misorderGuard());
+
   app.addHook('onRoute', (routeOptions) => {
     const flag = routeOptions.config?.idempotent;
     if (routeOptions.config?.announceKeyLifetime === true) {
@@ -115,6 +168,10 @@ async function idempotency(app: FastifyInstance, opts: IdempotencyOptions): Prom
     // A schema failure is decided inside the attempt, after an existing row
     // has had its say (a replay runs no validation).
     routeOptions.attachValidation = true;
+    routeOptions.config = {
+      ...routeOptions.config,
+      [COMPILED]: true,
+    } as FastifyContextConfig;
     routeOptions.preParsing = [...toArray(routeOptions.preParsing), hooks.preParsing];
     routeOptions.preValidation = [...toArray(routeOptions.preValidation), hooks.preValidation];
     routeOptions.handler = hooks.wrap(routeOptions.handler);
