@@ -173,7 +173,7 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     // What the router refuses before routing (a bad percent escape, a path
     // parameter over 100 characters) is a problem like any other refusal.
     // No hook runs for these, so the framing is checked here too, and the
-    // connection is closed: the request is malformed either way (review).
+    // connection is closed: the request is malformed either way.
     frameworkErrors: (error, req, reply) => {
       reply.header('correlation-id', req.id);
       reply.header('connection', 'close');
@@ -361,7 +361,7 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   app.setNotFoundHandler((req, reply) => {
     const allow = allowedMethods(app, req.url, app.initialConfig.maxParamLength ?? 100);
     // A route of this method took the path and found nothing (a missing
-    // static file): that is a 404, not another method's path (review).
+    // static file): that is a 404, not another method's path.
     if (allow.length > 0 && !allow.includes(req.method)) {
       return sendProblem(
         reply,

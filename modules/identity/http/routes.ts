@@ -97,7 +97,8 @@ export function registerIdentityRoutes(app: HttpServer, service: IdentityService
       const issued = await service.createToken(principalId, {
         ...(name === undefined ? {} : { name }),
         ...(expiresInSeconds === undefined ? {} : { expiresInSeconds }),
-        // A token never mints one that outlives it (review).
+        // A token never mints one that outlives it: else a stolen token
+        // could outlive its own expiry through the tokens it mints.
         ...(tokenExpiresAt === undefined ? {} : { notAfter: tokenExpiresAt }),
       });
       reply.code(201);
