@@ -146,10 +146,13 @@ export function correlationIdOf(req: {
 }
 
 /**
- * Creates the server with the cross-cutting stages registered in the order of
- * docs/architecture/overview.md (correlation, routing, authentication, rate
- * limit; the idempotency plugin and validation come per route). Routes are
- * added by the caller (modules' http/ folders) before `ready()`.
+ * Creates the server with the cross-cutting stages registered in the order
+ * platform/http/README.md numbers them and docs/architecture/overview.md
+ * ("The request path") lists: the pipelining guard (0), correlation (1),
+ * routing (2), authentication (3), rate limit (4), body parsing (5); the
+ * idempotency plugin (6) and validation with the handler (7) come per
+ * route. Routes are added by the caller (modules' http/ folders) before
+ * `ready()`.
  *
  * @param options name, logging, limits, ports and the readiness probe.
  * @returns the Fastify instance, not listening.
@@ -202,13 +205,13 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   // whether it is keyed, and every keyed route is guarded by the plugin.
   writeRoutePolicy(app, { keyed: options.idempotency !== undefined });
 
-  // Bodies are JSON or nothing: any other content type is 415 before parsing.
+  // Stage 5, body parsing (body.ts): bodies are JSON or nothing: any other content type is 415 before parsing.
   // JSON bodies refuse prototype poisoning, duplicate members, and what
   // PostgreSQL's jsonb cannot hold.
   app.removeContentTypeParser(['text/plain', 'application/json']);
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, jsonBodyParser);
 
-  // Before anything else: a connection with too many requests awaiting
+  // Stage 0, before anything else: a connection with too many requests awaiting
   // answers is closed, the request over the limit never parsed (read
   // guard) or, should one get through, never run (the hook). One line and
   // one count per connection, not per request: a flood of pipelined
@@ -329,7 +332,7 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     await docs.register(swaggerUi, { routePrefix: DOCS_PREFIX });
   });
 
-  // Stage 5, idempotency: per keyed route, before validation and around the handler.
+  // Stage 6, idempotency: per keyed route, before validation and around the handler.
   if (options.idempotency !== undefined) {
     await registerIdempotency(app, options.idempotency, options);
   }
@@ -358,6 +361,7 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     return sendProblem(reply, appError, req.id);
   });
 
+  // Stage 2, routing: a path only another method answers is 405 with Allow.
   app.setNotFoundHandler((req, reply) => {
     const allow = allowedMethods(app, req.url, app.initialConfig.maxParamLength ?? 100);
     // A route of this method took the path and found nothing (a missing
