@@ -3,7 +3,7 @@
  * connection is terminated, or database.transaction_timeout fires) gets a
  * prompt 503 that is not stored; the process stays up; the handler's later
  * database calls fail cleanly; a repeat with the same key takes effect once.
- * (Found by the red-team review: before the fix the process crashed.)
+ * Before the transaction's loss was handled, the process crashed here.
  */
 import t from 'tap';
 import postgres from 'postgres';

@@ -121,8 +121,8 @@ void t.test('the commands against the real server, in this process', async (t) =
   t.match(other.err, /^client: key .* is in outbox .* already, for another request/);
 
   // The same command again after it was left pending (exit 75): the
-  // pending intent is delivered, no second one is stated (review: it moved
-  // the money twice).
+  // pending intent is delivered, no second one is stated (stating a second
+  // one would move the money twice).
   const down = { ...env, CLIENT_BASE_URL: `http://127.0.0.1:${String(await closedPort())}` };
   const argv = ['transfer', '--from', idA, '--to', idB, '--amount', '7', '--wait', '0'];
   const first = await run(argv, down);

@@ -10,3 +10,4 @@ export type { ProblemExtras, ProblemFieldError } from './app-error.js';
 export { AppError, isAppError, problem } from './app-error.js';
 export type { ProblemBody } from './problem-body.js';
 export { toProblemBody } from './problem-body.js';
+export { codePoints, invalidField } from './field.js';

@@ -133,7 +133,7 @@ void t.test('no-store is decided by the answering route, not the URL as sent', a
       payload: '{}',
     });
     t.equal(res.statusCode, 200, url);
-    t.equal(res.headers['cache-control'], 'no-store', `${url}: no-store (found by review)`);
+    t.equal(res.headers['cache-control'], 'no-store', `${url}: no-store`);
   }
   const missing = await app.inject({ method: 'GET', url: '/%61pi/nothing' });
   t.equal(missing.statusCode, 404);
@@ -147,7 +147,7 @@ void t.test(
   'a reset from the database is no client going away, even when the client left too',
   (t) => {
     // The request object as the error handler sees it: its stream ended
-    // without an error of its own, its socket gone (found by review).
+    // without an error of its own, its socket gone.
     const gone = {
       raw: { errored: null, destroyed: true, complete: false, socket: { destroyed: true } },
     };
@@ -192,11 +192,7 @@ void t.test('a parser refusal behind a request still being answered writes nothi
   // A pipelined request, received whole, is still being answered.
   const behind = socketWith({ req: { complete: true } });
   clientErrorHandler(timeout(), behind.socket);
-  t.equal(
-    behind.out.written,
-    '',
-    "no 408 that would read as the earlier request's answer (found by review)",
-  );
+  t.equal(behind.out.written, '', "no 408 that would read as the earlier request's answer");
   t.ok(behind.socket.destroyed, 'the connection is closed');
   // The request whose own body stalls gets its 408.
   const own = socketWith({ req: { complete: false } });
@@ -359,7 +355,7 @@ void t.test('framing a front proxy may read otherwise is refused with a problem'
       'invalid',
     ],
     [
-      'HTTP/1.0 with a transfer coding (review)',
+      'HTTP/1.0 with a transfer coding',
       post('Transfer-Encoding: chunked\r\n', '2\r\n{}\r\n0\r\n\r\n').replace(
         'HTTP/1.1',
         'HTTP/1.0',
@@ -368,13 +364,13 @@ void t.test('framing a front proxy may read otherwise is refused with a problem'
       'unsupported',
     ],
     [
-      'two Host headers on a path the router cannot read (review)',
+      'two Host headers on a path the router cannot read',
       'GET /%zz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n',
       '#header/Host',
       'duplicate',
     ],
     [
-      'a transfer coding on a path the router cannot read (review)',
+      'a transfer coding on a path the router cannot read',
       'POST /%zz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n',
       '#header/Transfer-Encoding',
       'unsupported',
@@ -498,7 +494,7 @@ void t.test('a client still writing a body over the limit reads the 413', async 
   t.equal(runs.n, 0, 'no handler ran');
 });
 
-void t.test('a CONNECT whose client resets at once crashes nothing (review)', async (t) => {
+void t.test('a CONNECT whose client resets at once crashes nothing', async (t) => {
   const { app } = await server(t);
   await app.listen({ host: '127.0.0.1', port: 0 });
   const port = (app.server.address() as net.AddressInfo).port;
@@ -518,7 +514,7 @@ void t.test('a CONNECT whose client resets at once crashes nothing (review)', as
   t.equal(res.statusCode, 200, 'still serving');
 });
 
-void t.test('Allow names only methods whose route would take the path (review)', async (t) => {
+void t.test('Allow names only methods whose route would take the path', async (t) => {
   const { app } = await server(t);
   const long = 'x'.repeat(200);
   const res = await app.inject({ method: 'PUT', url: `/api/v1/things/${long}` });
@@ -526,7 +522,7 @@ void t.test('Allow names only methods whose route would take the path (review)',
   t.equal(res.headers['allow'], undefined);
 });
 
-void t.test('after the limit of refused tokens, no token is looked up (review)', async (t) => {
+void t.test('after the limit of refused tokens, no token is looked up', async (t) => {
   const looked = { n: 0 };
   const app = await createHttpServer(
     serverOptions({
@@ -608,7 +604,7 @@ void t.test('a request whose client left before its body was read is finished', 
   t.same(finished, [400], 'answered (to nobody), not left hanging');
 });
 
-void t.test('a flood of readiness probes is one check a second (review)', async (t) => {
+void t.test('a flood of readiness probes is one check a second', async (t) => {
   const checks = { n: 0 };
   const app = await createHttpServer(
     serverOptions({
@@ -631,7 +627,7 @@ void t.test('a flood of readiness probes is one check a second (review)', async 
   t.equal(checks.n, 1, 'one check for all of them');
 });
 
-void t.test("many addresses do not reset a principal's counter (review)", async (t) => {
+void t.test("many addresses do not reset a principal's counter", async (t) => {
   const { app } = await server(t, 3);
   const alice = () =>
     app.inject({
@@ -652,7 +648,7 @@ void t.test("many addresses do not reset a principal's counter (review)", async 
   t.equal((await alice()).statusCode, 429, 'still over it after 6,000 other addresses');
 });
 
-void t.test('one answer to a request whose transfer coding is refused (review)', async (t) => {
+void t.test('one answer to a request whose transfer coding is refused', async (t) => {
   const { app } = await server(t);
   await app.listen({ host: '127.0.0.1', port: 0 });
   const port = (app.server.address() as net.AddressInfo).port;
@@ -666,7 +662,7 @@ void t.test('one answer to a request whose transfer coding is refused (review)',
   t.match(answer, /^HTTP\/1\.1 400 /);
 });
 
-void t.test('answers written before routing carry no-store and Date (review)', async (t) => {
+void t.test('answers written before routing carry no-store and Date', async (t) => {
   const { app } = await server(t);
   await app.listen({ host: '127.0.0.1', port: 0 });
   const port = (app.server.address() as net.AddressInfo).port;
@@ -682,7 +678,7 @@ void t.test('answers written before routing carry no-store and Date (review)', a
   }
 });
 
-void t.test('a missing file of a route that exists is 404, not 405 (review)', async (t) => {
+void t.test('a missing file of a route that exists is 404, not 405', async (t) => {
   const { app } = await server(t);
   for (const url of ['/docs/static/nothing.js', '/docs/static/INDEX.CSS']) {
     const res = await app.inject({ method: 'GET', url });
@@ -691,7 +687,7 @@ void t.test('a missing file of a route that exists is 404, not 405 (review)', as
   }
 });
 
-void t.test('pipelined requests on one connection run one at a time (review)', async (t) => {
+void t.test('pipelined requests on one connection run one at a time', async (t) => {
   const app = await createHttpServer(
     serverOptions({
       rateLimit: { max: 1000, windowMs: 60_000 },

@@ -68,7 +68,7 @@ function answering(socket: Socket): boolean {
  * either way for `timeoutMs`, counted from the last byte. Node.js's own socket timeout skips its first
  * expiry when the connection's queued write changed since it was made, so
  * a client that asked for large answers and stopped reading held its
- * descriptors for twice the timeout (review: 180 s against 90 s). Progress
+ * descriptors for twice the timeout (180 s against 90 s). Progress
  * here is what the system took: bytes read, bytes handed to the socket,
  * the queue of writes shrinking. Checked on one timer for all connections,
  * a quarter of the timeout apart (at most a second), so a connection goes
@@ -249,8 +249,8 @@ export function guardPipelinedReads(
  * every request in a chunk it reads and dispatches them all before it
  * pauses a connection whose answers pile up, so a client that writes
  * hundreds of requests at once and never reads made the process hold
- * hundreds of answers per connection (the hostile-client review measured
- * 752 MB of heap for 40 connections). The request over the limit is not
+ * hundreds of answers per connection (measured: 752 MB of heap for 40
+ * connections). The request over the limit is not
  * run: the connection is closed without an answer, which is all HTTP
  * allows once earlier answers are owed on it. Requests within the limit
  * run one after another, each once the answer before it was sent.
@@ -281,7 +281,8 @@ export function pipeliningGuard(max: number): onRequestHookHandler {
     // One request at a time per connection, as HTTP/1.1 answers them in
     // order anyway: a later one waits until the earlier answer is sent, so
     // a connection holds one answer (one file stream, one descriptor), not
-    // one per pipelined request (review: 16 static files each, never read).
+    // one per pipelined request (a client pipelining 16 static files and
+    // never reading would hold 16 descriptors).
     const first = line.waiting === 0;
     line.waiting++;
     const before = line.last;

@@ -183,7 +183,7 @@ void t.test(
       undefined,
     );
     // A 4xx of unknown meaning is not turned into a final client problem,
-    // which a keyed request would store for the key's lifetime (found by review).
+    // which a keyed request would store for the key's lifetime.
     for (const status of [401, 403, 408, 418, 425]) {
       const unknown = toAppError(Object.assign(new Error('m'), { statusCode: status }));
       t.equal(unknown.status, 500, `a bare ${String(status)} is not a stored final answer`);

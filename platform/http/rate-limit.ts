@@ -78,7 +78,8 @@ export async function registerAuthenticationAndRateLimit(
   });
   // Principals and addresses count in stores of their own, each an LRU of
   // RATE_LIMIT_ENTRIES: requests from many addresses evict addresses only,
-  // never a principal's counter (review: 5,000 addresses reset them).
+  // never a principal's counter (in one shared store 5,000 addresses
+  // evicted and so reset them).
   const byPrincipal = app.rateLimit({ cache: RATE_LIMIT_ENTRIES });
   const byAddress = app.rateLimit({ cache: RATE_LIMIT_ENTRIES });
   // Refused tokens per address, a bucket of its own: once it is full, a

@@ -125,7 +125,7 @@ export function allowedMethods(
   const path = url.split('?', 1)[0] ?? '';
   // The router reports a path parameter over its length limit as a match
   // (of its own refusal, not of the route), which that route would answer
-  // with 400: a segment that long names no method to allow (review).
+  // with 400: a segment that long names no method to allow.
   if (path.split('/').some((segment) => segment.length > maxParamLength)) return [];
   return METHODS.filter((method) => router.findRoute({ method, url: path }) !== null);
 }
@@ -185,7 +185,7 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): 
     }
   )._httpMessage;
   // Or that request was answered already (a framing refusal, before its
-  // body): a second answer would read as the next request's (review).
+  // body): a second answer would read as the next request's.
   if (pending?.req?.complete === true || pending?.headersSent === true) {
     socket.destroy();
     return;
@@ -206,7 +206,7 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): 
 function writeRawProblem(socket: Duplex, appError: AppError): void {
   // A socket handed over by Node.js (CONNECT) has lost the server's error
   // listener: a client that resets while the answer is written would crash
-  // the process (found by review).
+  // the process.
   socket.on('error', () => {
     socket.destroy();
   });

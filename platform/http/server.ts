@@ -146,10 +146,13 @@ export function correlationIdOf(req: {
 }
 
 /**
- * Creates the server with the cross-cutting stages registered in the order of
- * docs/architecture/overview.md (correlation, routing, authentication, rate
- * limit; the idempotency plugin and validation come per route). Routes are
- * added by the caller (modules' http/ folders) before `ready()`.
+ * Creates the server with the cross-cutting stages registered in the order
+ * platform/http/README.md numbers them and docs/architecture/overview.md
+ * ("The request path") lists: the pipelining guard (0), correlation (1),
+ * routing (2), authentication (3), rate limit (4), body parsing (5); the
+ * idempotency plugin (6) and validation with the handler (7) come per
+ * route. Routes are added by the caller (modules' http/ folders) before
+ * `ready()`.
  *
  * @param options name, logging, limits, ports and the readiness probe.
  * @returns the Fastify instance, not listening.
@@ -173,7 +176,7 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     // What the router refuses before routing (a bad percent escape, a path
     // parameter over 100 characters) is a problem like any other refusal.
     // No hook runs for these, so the framing is checked here too, and the
-    // connection is closed: the request is malformed either way (review).
+    // connection is closed: the request is malformed either way.
     frameworkErrors: (error, req, reply) => {
       reply.header('correlation-id', req.id);
       reply.header('connection', 'close');
@@ -202,13 +205,13 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
   // whether it is keyed, and every keyed route is guarded by the plugin.
   writeRoutePolicy(app, { keyed: options.idempotency !== undefined });
 
-  // Bodies are JSON or nothing: any other content type is 415 before parsing.
+  // Stage 5, body parsing (body.ts): bodies are JSON or nothing: any other content type is 415 before parsing.
   // JSON bodies refuse prototype poisoning, duplicate members, and what
   // PostgreSQL's jsonb cannot hold.
   app.removeContentTypeParser(['text/plain', 'application/json']);
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, jsonBodyParser);
 
-  // Before anything else: a connection with too many requests awaiting
+  // Stage 0, before anything else: a connection with too many requests awaiting
   // answers is closed, the request over the limit never parsed (read
   // guard) or, should one get through, never run (the hook). One line and
   // one count per connection, not per request: a flood of pipelined
@@ -329,7 +332,7 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     await docs.register(swaggerUi, { routePrefix: DOCS_PREFIX });
   });
 
-  // Stage 5, idempotency: per keyed route, before validation and around the handler.
+  // Stage 6, idempotency: per keyed route, before validation and around the handler.
   if (options.idempotency !== undefined) {
     await registerIdempotency(app, options.idempotency, options);
   }
@@ -358,10 +361,11 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
     return sendProblem(reply, appError, req.id);
   });
 
+  // Stage 2, routing: a path only another method answers is 405 with Allow.
   app.setNotFoundHandler((req, reply) => {
     const allow = allowedMethods(app, req.url, app.initialConfig.maxParamLength ?? 100);
     // A route of this method took the path and found nothing (a missing
-    // static file): that is a 404, not another method's path (review).
+    // static file): that is a 404, not another method's path.
     if (allow.length > 0 && !allow.includes(req.method)) {
       return sendProblem(
         reply,

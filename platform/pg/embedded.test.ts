@@ -6,7 +6,7 @@ import { createSql } from './client.js';
 import { EmbeddedInUseError, EmbeddedPostgres, EmbeddedStartError } from './embedded.js';
 
 void t.test(
-  'a second process cannot take over a data folder in use; a stale lock is reclaimed (found by review)',
+  'a second process cannot take over a data folder in use; a stale lock is reclaimed',
   async (t) => {
     const root = await fs.mkdtemp(path.join(os.tmpdir(), 'embedded-lock-'));
     t.teardown(() => fs.rm(root, { recursive: true, force: true }));

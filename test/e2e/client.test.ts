@@ -184,7 +184,7 @@ void t.test('the outbox end to end', async (t) => {
       t.match(
         pending,
         [{ state: 'pending', key: held.key, attempts: 1, attemptStartedAt: Number }],
-        'the intent outlived the process, its attempt counted (finding 6)',
+        'the intent outlived the process, its attempt counted',
       );
 
       const restart = await runClient(['outbox', 'drain', '--json'], {
@@ -276,7 +276,8 @@ void t.test('the outbox end to end', async (t) => {
             state: 'failed',
             failure: 'outcome_unknown',
             // The lost attempt, the gateway's 404, and the one repeat
-            // after it (an unmarked answer is repeated once, M2 and M3).
+            // after it (an unmarked answer is repeated once: a gateway may have
+            // replaced the server's; see docs/DECISIONS.md).
             attempts: 3,
             answer: { status: 404, marked: false },
           },

@@ -386,7 +386,7 @@ export interface FuzzCase {
   readonly framing: FramingCase;
   /**
    * Harmless header lines before the key: up to 1500 short ones (Node.js
-   * used to drop every line after about the first thousand, finding F4),
+   * used to drop every line after about the first thousand, key included),
    * or wide ones that take the head over the 16 KiB limit.
    */
   readonly junk: JunkLines;

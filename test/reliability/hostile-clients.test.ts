@@ -120,7 +120,8 @@ void t.test('hostile clients cost bounded memory and sockets, and no 5xx', async
     HTTP__MAX_CONNECTIONS: String(MAX_CONNECTIONS),
     HTTP__MAX_PIPELINED_REQUESTS: String(MAX_PIPELINED),
     HTTP__RATE_LIMIT_MAX: String(RATE_LIMIT * SCALE),
-    // One window for the whole run: the anonymous flood counts on it (review).
+    // One window for the whole run: the anonymous flood counts on it,
+    // so a window ending mid-run would let it through again.
     HTTP__RATE_LIMIT_WINDOW: '1h',
     HTTP__REQUEST_TIMEOUT: '3s',
     HTTP__SOCKET_TIMEOUT: `${String(SOCKET_TIMEOUT_MS)}ms`,
@@ -260,7 +261,7 @@ void t.test('hostile clients cost bounded memory and sockets, and no 5xx', async
     t.ok(held <= 2, `closed after http.socket_timeout (${String(held)} held)`);
     // From the last byte the server could write, not twice that: Node.js
     // skipped a connection's first timeout while a write of its was queued
-    // (review: 180 s held against 90 s): that is at least two timeouts after
+    // (180 s held against 90 s): that is at least two timeouts after
     // the requests were written.
     const closedAfter = performance.now() - started;
     t.ok(
@@ -330,7 +331,7 @@ void t.test('hostile clients cost bounded memory and sockets, and no 5xx', async
         t.ok(x.closedByServer, `${name}: the server closed the connection`);
       }
     }
-    // A CONNECT whose client resets at once (it crashed the process; review).
+    // A CONNECT whose client resets at once (it crashed the process).
     for (let i = 0; i < 20 * SCALE; i++) {
       const socket = net.connect({ host: '127.0.0.1', port, localAddress: from });
       socket.on('error', () => undefined);

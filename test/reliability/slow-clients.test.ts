@@ -105,7 +105,7 @@ void t.test('slow and parked clients cost a bounded time and no 5xx', async (t) 
   );
 
   // SIGTERM while a body stalls: the drain ends within one request timeout
-  // (close() alone stops the timeouts and would wait forever; found by review).
+  // (close() alone stops the timeouts and would wait forever).
   const holding = rawClient(port);
   holding.socket.write(
     'POST /api/v1/accounts HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +

@@ -12,7 +12,7 @@ import type {
 } from '../../../kernel/actor/index.js';
 import { principalActor } from '../../../kernel/actor/index.js';
 import type { Clock } from '../../../kernel/clock/index.js';
-import { problem, type AppError } from '../../../kernel/errs/index.js';
+import { codePoints, invalidField, problem } from '../../../kernel/errs/index.js';
 import { newId, type Id } from '../../../kernel/ids/index.js';
 import type { UnitOfWork } from '../../../kernel/txn/index.js';
 import type { ApiTokenRecord, ApiTokenRepository, PrincipalRepository } from './ports.js';
@@ -103,17 +103,6 @@ export interface TokenList {
   readonly nextCursor: Id | null;
 }
 
-/** Counts code points, the unit of PostgreSQL's char_length and JSON Schema's maxLength. */
-function codePoints(value: string): number {
-  let count = 0;
-  for (const _ of value) count += 1;
-  return count;
-}
-
-function invalid(pointer: string, code: string, detail: string): AppError {
-  return problem('validation_failed', detail, { errors: [{ pointer, code, detail }] });
-}
-
 /**
  * Checks a free text a person typed. Lengths count code points, as
  * PostgreSQL's char_length and the HTTP schema's maxLength do.
@@ -121,30 +110,34 @@ function invalid(pointer: string, code: string, detail: string): AppError {
 function checkText(value: string, max: number, pointer: string, what: string): void {
   // A UTF-16 length over twice the limit is too long without counting.
   const length = value.length > 2 * max ? max + 1 : codePoints(value);
-  if (length < 1) throw invalid(pointer, 'min_length', `${what} must not be empty.`);
+  if (length < 1) throw invalidField(pointer, 'min_length', `${what} must not be empty.`);
   if (length > max) {
-    throw invalid(pointer, 'max_length', `${what} must be at most ${max} characters.`);
+    throw invalidField(pointer, 'max_length', `${what} must be at most ${max} characters.`);
   }
   if (FORBIDDEN_CHARACTERS.test(value)) {
-    throw invalid(pointer, 'invalid_characters', `${what} must not contain control characters.`);
+    throw invalidField(
+      pointer,
+      'invalid_characters',
+      `${what} must not contain control characters.`,
+    );
   }
-  if (value.trim() === '') throw invalid(pointer, 'blank', `${what} must not be blank.`);
+  if (value.trim() === '') throw invalidField(pointer, 'blank', `${what} must not be blank.`);
 }
 
 function checkLifetime(seconds: number): void {
   const pointer = '#body/expires_in_seconds';
   if (!Number.isSafeInteger(seconds)) {
-    throw invalid(pointer, 'type', 'expires_in_seconds must be a whole number of seconds.');
+    throw invalidField(pointer, 'type', 'expires_in_seconds must be a whole number of seconds.');
   }
   if (seconds < EXPIRES_IN_MIN_SECONDS) {
-    throw invalid(
+    throw invalidField(
       pointer,
       'minimum',
       `expires_in_seconds must be at least ${EXPIRES_IN_MIN_SECONDS}.`,
     );
   }
   if (seconds > EXPIRES_IN_MAX_SECONDS) {
-    throw invalid(
+    throw invalidField(
       pointer,
       'maximum',
       `expires_in_seconds must be at most ${EXPIRES_IN_MAX_SECONDS}.`,
@@ -183,7 +176,7 @@ export class IdentityService implements Authenticator, PrincipalDirectory {
    */
   async createPrincipal(input: CreatePrincipalInput): Promise<CreatedPrincipal> {
     if (!KINDS.has(input.kind)) {
-      throw invalid('#body/kind', 'enum', 'kind must be "user" or "service".');
+      throw invalidField('#body/kind', 'enum', 'kind must be "user" or "service".');
     }
     checkText(input.displayName, DISPLAY_NAME_MAX, '#body/display_name', 'display_name');
     const tokenName = input.tokenName ?? INITIAL_TOKEN_NAME;
@@ -327,7 +320,7 @@ export class IdentityService implements Authenticator, PrincipalDirectory {
   async listTokens(principalId: Id, options: ListTokensOptions = {}): Promise<TokenList> {
     const limit = options.limit ?? LIST_LIMIT_DEFAULT;
     if (!Number.isSafeInteger(limit) || limit < 1 || limit > LIST_LIMIT_MAX) {
-      throw invalid(
+      throw invalidField(
         '#query/limit',
         limit > LIST_LIMIT_MAX ? 'maximum' : 'minimum',
         `limit must be a whole number from 1 to ${LIST_LIMIT_MAX}.`,

@@ -26,8 +26,10 @@
  * Only usable tokens are kept; an unknown, revoked or expired token is read
  * from the database each time (the rate limit bounds how often). Entries
  * are keyed by the token's hash, never the token itself; an index from
- * each principal to its keys lets a notice drop them without a scan.
+ * each principal to its keys lets a notice drop them without a scan. The
+ * entries, their size bound and their TTL are kernel/cache's.
  */
+import { BoundedCache } from '../../../kernel/cache/index.js';
 import type { Id } from '../../../kernel/ids/index.js';
 import type { TokenOwner } from './ports.js';
 
@@ -75,15 +77,13 @@ interface Entry {
   readonly principalKind: TokenOwner['principalKind'];
   /** The token's expiry on the kernel clock, in milliseconds; null when it does not expire. */
   readonly expiresAtMs: number | null;
-  /** Served while the monotonic clock is before this, in milliseconds. */
-  readonly staleAt: number;
 }
 
 /** The cache; see the module comment for when it serves an entry. */
 export class TokenOwnerCache {
   readonly #ttlMs: number;
   readonly #max: number;
-  readonly #entries = new Map<string, Entry>();
+  readonly #entries: BoundedCache<string, Entry>;
   readonly #now: () => number;
   /** Principals whose reads are not stored, until this monotonic time. */
   readonly #suppressed = new Map<string, number>();
@@ -104,13 +104,17 @@ export class TokenOwnerCache {
    * @throws RangeError when the TTL is negative or the size is not a positive integer.
    */
   constructor(options: TokenCacheOptions) {
-    if (!(options.ttlMs >= 0)) throw new RangeError('ttlMs must be 0 or more');
-    if (!Number.isInteger(options.maxEntries) || options.maxEntries < 1) {
-      throw new RangeError('maxEntries must be a positive integer');
-    }
+    this.#entries = new BoundedCache<string, Entry>({
+      ...options,
+      // An entry the cache drops by itself (stale, expired, over the size,
+      // replaced) leaves its principal's index too.
+      onDrop: (key, entry) => {
+        this.#unindex(key, entry.principalId);
+      },
+    });
     this.#ttlMs = options.ttlMs;
     this.#max = options.maxEntries;
-    this.#now = options.now ?? (() => performance.now());
+    this.#now = () => this.#entries.now();
   }
 
   /** How many entries are held. */
@@ -141,23 +145,18 @@ export class TokenOwnerCache {
     if (!this.serving) return load();
     const key = sha256.toString('base64');
     const readAt = this.#now();
-    const hit = this.#entries.get(key);
+    // The TTL on the monotonic clock (a kernel clock set back must not
+    // stretch it), the token's expiry on the kernel clock, as the database
+    // judges it.
+    const hit = this.#entries.get(key, now.getTime(), readAt);
     if (hit !== undefined) {
-      this.#entries.delete(key);
-      // The TTL on the monotonic clock (a kernel clock set back must not
-      // stretch it), the token's expiry on the kernel clock, as the database
-      // judges it.
-      if (readAt < hit.staleAt && now.getTime() < (hit.expiresAtMs ?? Infinity)) {
-        this.#entries.set(key, hit);
-        return {
-          tokenId: hit.tokenId,
-          principalId: hit.principalId,
-          principalKind: hit.principalKind,
-          // A Date of its own for each caller: one changing it changes no other.
-          expiresAt: hit.expiresAtMs === null ? null : new Date(hit.expiresAtMs),
-        };
-      }
-      this.#unindex(key, hit.principalId);
+      return {
+        tokenId: hit.tokenId,
+        principalId: hit.principalId,
+        principalKind: hit.principalKind,
+        // A Date of its own for each caller: one changing it changes no other.
+        expiresAt: hit.expiresAtMs === null ? null : new Date(hit.expiresAtMs),
+      };
     }
     const start = this.#counter;
     this.#reading += 1;
@@ -168,13 +167,16 @@ export class TokenOwnerCache {
       this.#reading -= 1;
     }
     if (owner !== null && this.#mayStore(owner.principalId, start)) {
-      this.#put(key, {
-        tokenId: owner.tokenId,
-        principalId: owner.principalId,
-        principalKind: owner.principalKind,
-        expiresAtMs: owner.expiresAt === null ? null : owner.expiresAt.getTime(),
-        staleAt: readAt + this.#ttlMs,
-      });
+      this.#put(
+        key,
+        {
+          tokenId: owner.tokenId,
+          principalId: owner.principalId,
+          principalKind: owner.principalKind,
+          expiresAtMs: owner.expiresAt === null ? null : owner.expiresAt.getTime(),
+        },
+        readAt,
+      );
     }
     if (this.#reading === 0) this.#changedAt.clear();
     return owner;
@@ -187,11 +189,9 @@ export class TokenOwnerCache {
     return !this.#isSuppressed(principalId);
   }
 
-  #put(key: string, entry: Entry): void {
-    const old = this.#entries.get(key);
-    if (old !== undefined) this.#unindex(key, old.principalId);
-    this.#entries.delete(key);
-    this.#entries.set(key, entry);
+  #put(key: string, entry: Entry, readAt: number): void {
+    // The replaced entry and the one evicted leave the index through onDrop.
+    this.#entries.set(key, entry, entry.expiresAtMs ?? Infinity, readAt);
     const id = entry.principalId;
     let keys = this.#byPrincipal.get(id);
     if (keys === undefined) {
@@ -199,14 +199,6 @@ export class TokenOwnerCache {
       this.#byPrincipal.set(id, keys);
     }
     keys.add(key);
-    if (this.#entries.size > this.#max) {
-      const oldest = this.#entries.entries().next();
-      if (oldest.done !== true) {
-        const [oldKey, oldEntry] = oldest.value;
-        this.#entries.delete(oldKey);
-        this.#unindex(oldKey, oldEntry.principalId);
-      }
-    }
   }
 
   #unindex(key: string, principalId: string): void {

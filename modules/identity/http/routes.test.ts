@@ -379,7 +379,7 @@ void t.test('every route declares its operation, auth, idempotency and schemas',
   t.match(JSON.stringify(create?.['requestBody']), /deploy script/, 'the body has an example');
 });
 
-void t.test('a token never mints one that outlives it (review)', async (t) => {
+void t.test('a token never mints one that outlives it', async (t) => {
   const { app, alice, as } = await setup(t);
   const mint = async (token: string, payload: Record<string, unknown>) => {
     const res = await app.inject({

@@ -3,11 +3,9 @@
  * is. Handlers return their payload or throw an AppError; they never send,
  * stream or hijack, so the idempotency stage can capture what they return.
  */
-import type { PrincipalActor } from '../../../kernel/actor/index.js';
-import { isPrincipal } from '../../../kernel/actor/index.js';
-import { requireContext } from '../../../kernel/context/index.js';
 import { problem } from '../../../kernel/errs/index.js';
 import { isUuidV7, parseId } from '../../../kernel/ids/index.js';
+import { caller } from '../../../platform/http/caller.js';
 import type { HttpServer } from '../../../platform/http/server.js';
 import { KEY_LIFETIME_DOC } from '../../../platform/http/idempotency/index.js';
 import type { IdentityService, IssuedToken, TokenSummary } from '../app/identity-service.js';
@@ -25,20 +23,6 @@ import {
   KEYED_PROBLEMS,
   ProblemSchema,
 } from '../../../platform/http/problem-schemas.js';
-
-/**
- * The calling principal. Routes with `auth: 'required'` run only for
- * principals; the check guards against a wiring mistake rather than a client.
- */
-function caller(): PrincipalActor {
-  const { actor } = requireContext();
-  if (!isPrincipal(actor)) {
-    throw problem('unauthenticated', 'This route needs a bearer token.', {
-      headers: { 'www-authenticate': 'Bearer' },
-    });
-  }
-  return actor;
-}
 
 function iso(date: Date | null): string | null {
   return date === null ? null : date.toISOString();
@@ -97,7 +81,8 @@ export function registerIdentityRoutes(app: HttpServer, service: IdentityService
       const issued = await service.createToken(principalId, {
         ...(name === undefined ? {} : { name }),
         ...(expiresInSeconds === undefined ? {} : { expiresInSeconds }),
-        // A token never mints one that outlives it (review).
+        // A token never mints one that outlives it: else a stolen token
+        // could outlive its own expiry through the tokens it mints.
         ...(tokenExpiresAt === undefined ? {} : { notAfter: tokenExpiresAt }),
       });
       reply.code(201);

@@ -7,7 +7,7 @@
  * kernel clock.
  */
 import type { Clock } from '../../../kernel/clock/index.js';
-import { problem, type AppError } from '../../../kernel/errs/index.js';
+import { codePoints, invalidField, problem, type AppError } from '../../../kernel/errs/index.js';
 import { isUuidV7, newId, parseId, type Id } from '../../../kernel/ids/index.js';
 import type { UnitOfWork } from '../../../kernel/txn/index.js';
 import type { Account, AccountRepository, Transfer, TransferRepository } from './ports.js';
@@ -70,43 +70,36 @@ export interface TransferInput {
   readonly amount: number;
 }
 
-/** Counts code points, the unit of PostgreSQL's char_length and JSON Schema's maxLength. */
-function codePoints(value: string): number {
-  let count = 0;
-  for (const _ of value) count += 1;
-  return count;
-}
-
-function invalid(pointer: string, code: string, detail: string): AppError {
-  return problem('validation_failed', detail, { errors: [{ pointer, code, detail }] });
-}
-
 /** Checks an account name; lengths count code points, as the schema and the column do. */
 function checkName(name: string): void {
   const pointer = '#body/name';
   const length = name.length > 2 * ACCOUNT_NAME_MAX ? ACCOUNT_NAME_MAX + 1 : codePoints(name);
-  if (length < 1) throw invalid(pointer, 'min_length', 'name must not be empty.');
+  if (length < 1) throw invalidField(pointer, 'min_length', 'name must not be empty.');
   if (length > ACCOUNT_NAME_MAX) {
-    throw invalid(pointer, 'max_length', `name must be at most ${ACCOUNT_NAME_MAX} characters.`);
+    throw invalidField(
+      pointer,
+      'max_length',
+      `name must be at most ${ACCOUNT_NAME_MAX} characters.`,
+    );
   }
   if (FORBIDDEN_CHARACTERS.test(name)) {
-    throw invalid(pointer, 'invalid_characters', 'name must not contain control characters.');
+    throw invalidField(pointer, 'invalid_characters', 'name must not contain control characters.');
   }
-  if (name.trim() === '') throw invalid(pointer, 'blank', 'name must not be blank.');
+  if (name.trim() === '') throw invalidField(pointer, 'blank', 'name must not be blank.');
 }
 
 /** Checks a number of minor units: a safe integer from `minimum` to {@link MAX_MINOR_UNITS}. */
 function checkMinorUnits(value: number, minimum: number, field: string): void {
   const pointer = `#body/${field}`;
   if (!Number.isSafeInteger(value)) {
-    throw invalid(
+    throw invalidField(
       pointer,
       'type',
       `${field} must be a whole number of minor units up to ${MAX_MINOR_UNITS}.`,
     );
   }
   if (value < minimum) {
-    throw invalid(pointer, 'minimum', `${field} must be at least ${minimum}.`);
+    throw invalidField(pointer, 'minimum', `${field} must be at least ${minimum}.`);
   }
 }
 

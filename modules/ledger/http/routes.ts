@@ -5,11 +5,9 @@
  * they return. They set `ETag` and `Location` themselves too, so an unkeyed
  * request gets the same headers a keyed one gets from the idempotency stage.
  */
-import type { PrincipalActor } from '../../../kernel/actor/index.js';
-import { isPrincipal } from '../../../kernel/actor/index.js';
-import { requireContext } from '../../../kernel/context/index.js';
 import { problem } from '../../../kernel/errs/index.js';
 import { isUuidV7, parseId, type Id } from '../../../kernel/ids/index.js';
+import { caller } from '../../../platform/http/caller.js';
 import type { HttpServer } from '../../../platform/http/server.js';
 import type { Account, Transfer } from '../app/ports.js';
 import type { LedgerService } from '../app/ledger-service.js';
@@ -45,20 +43,6 @@ const NewTransfer = { ...TransferSchema, headers: NewTransferHeaders };
 /** Where an account or a transfer can be read. */
 const ACCOUNT_LOCATION = '/api/v1/accounts/{id}';
 const TRANSFER_LOCATION = '/api/v1/transfers/{id}';
-
-/**
- * The calling principal. Routes with `auth: 'required'` run only for
- * principals; the check guards against a wiring mistake rather than a client.
- */
-function caller(): PrincipalActor {
-  const { actor } = requireContext();
-  if (!isPrincipal(actor)) {
-    throw problem('unauthenticated', 'This route needs a bearer token.', {
-      headers: { 'www-authenticate': 'Bearer' },
-    });
-  }
-  return actor;
-}
 
 /**
  * A path id as a ledger id. Ids are UUIDv7; any other uuid names nothing,

@@ -18,8 +18,10 @@
  *   deleting a row by hand) can go unseen.
  *
  * Only completed entries are kept, their bodies frozen and their
- * fingerprints copied, so no caller can change what a later replay sends. The least recently used entry goes first.
+ * fingerprints copied, so no caller can change what a later replay sends. The least
+ * recently used entry goes first (kernel/cache keeps the entries).
  */
+import { BoundedCache } from '../../../kernel/cache/index.js';
 import type { IdempotencyEntry } from '../../../kernel/idempotency/index.js';
 
 /** Options of {@link ReplayCache}. */
@@ -30,14 +32,6 @@ export interface ReplayCacheOptions {
   readonly maxEntries: number;
   /** A monotonic clock in milliseconds; `performance.now` by default (tests pass their own). */
   readonly now?: () => number;
-}
-
-interface Slot {
-  readonly entry: IdempotencyEntry;
-  /** The row's expiry on the kernel clock, in milliseconds. */
-  readonly expiresAtMs: number;
-  /** Served while the monotonic clock is before this, in milliseconds. */
-  readonly staleAt: number;
 }
 
 /** Freezes a JSON value (the stored body) and everything in it. */
@@ -51,23 +45,14 @@ function deepFreeze<V>(value: V): V {
 
 /** The cache; see the module comment for when it serves an entry. */
 export class ReplayCache {
-  readonly #ttlMs: number;
-  readonly #max: number;
-  readonly #now: () => number;
-  readonly #slots = new Map<string, Slot>();
+  readonly #slots: BoundedCache<string, IdempotencyEntry>;
 
   /**
    * @param options TTL and size.
    * @throws RangeError when the TTL is not 0 or more, or the size not a positive integer.
    */
   constructor(options: ReplayCacheOptions) {
-    if (!(options.ttlMs >= 0)) throw new RangeError('ttlMs must be 0 or more');
-    if (!Number.isInteger(options.maxEntries) || options.maxEntries < 1) {
-      throw new RangeError('maxEntries must be a positive integer');
-    }
-    this.#ttlMs = options.ttlMs;
-    this.#max = options.maxEntries;
-    this.#now = options.now ?? (() => performance.now());
+    this.#slots = new BoundedCache(options);
   }
 
   /** How many entries are held. */
@@ -84,17 +69,7 @@ export class ReplayCache {
    * @returns the entry, or undefined when none may be served.
    */
   get(principalId: string, key: string, now: Date): IdempotencyEntry | undefined {
-    const id = slotId(principalId, key);
-    const slot = this.#slots.get(id);
-    if (slot === undefined) return undefined;
-    if (slot.expiresAtMs <= now.getTime() || slot.staleAt <= this.#now()) {
-      this.#slots.delete(id);
-      return undefined;
-    }
-    // Most recently used last: a Map iterates in insertion order.
-    this.#slots.delete(id);
-    this.#slots.set(id, slot);
-    return slot.entry;
+    return this.#slots.get(slotId(principalId, key), now.getTime());
   }
 
   /**
@@ -107,25 +82,18 @@ export class ReplayCache {
    * @param expiresAt the row's `expires_at`.
    */
   set(principalId: string, key: string, entry: IdempotencyEntry, expiresAt: Date): void {
-    if (this.#ttlMs === 0 || !entry.completed) return;
-    const id = slotId(principalId, key);
-    this.#slots.delete(id);
-    while (this.#slots.size >= this.#max) {
-      const oldest = this.#slots.keys().next();
-      if (oldest.done === true) break;
-      this.#slots.delete(oldest.value);
-    }
-    this.#slots.set(id, {
+    if (this.#slots.ttlMs === 0 || !entry.completed) return;
+    this.#slots.set(
+      slotId(principalId, key),
       // Copies: the caller keeps its entry as it was, and a typed array
       // cannot be frozen.
-      entry: Object.freeze({
+      Object.freeze({
         ...entry,
         sha256: Buffer.from(entry.sha256),
         body: deepFreeze(structuredClone(entry.body)),
       }),
-      expiresAtMs: expiresAt.getTime(),
-      staleAt: this.#now() + this.#ttlMs,
-    });
+      expiresAt.getTime(),
+    );
   }
 }
 
