@@ -167,7 +167,11 @@ void t.test(
       CLIENT_BASE_URL: down,
     });
     t.equal(queued.code, EXIT.pending);
-    await new Promise((r) => setTimeout(r, 600));
+    // The key is usable for 1.5 s less a 1 s margin. The drain judges the
+    // age on both clocks, the server's read from its Date header in whole
+    // seconds, so the wait leaves seconds of slack, not 100 ms (with 600 ms
+    // this failed once on a loaded machine).
+    await new Promise((r) => setTimeout(r, 2100));
     const late = await run(['outbox', 'drain', ...short, '--json'], {
       ...env,
       CLIENT_BASE_URL: address,
