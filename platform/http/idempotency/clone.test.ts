@@ -3,7 +3,9 @@
  * parsed JSON (copied by hand) and for anything else (handed on), and it
  * shares nothing with the body the handler may change.
  */
+import { execFileSync } from 'node:child_process';
 import t from 'tap';
+import { projectRoot } from '../../migrate/index.js';
 import { cloneBody } from './clone.js';
 
 void t.test('a parsed JSON body is copied deeply, equal to structuredClone', (t) => {
@@ -61,5 +63,38 @@ void t.test('what is not plain JSON is copied by structuredClone', (t) => {
   t.same(cloneBody(holes), structuredClone(holes));
   t.equal(cloneBody(10n), 10n);
   t.throws(() => cloneBody({ f: () => 1 }), { name: 'DataCloneError' });
+  t.end();
+});
+
+void t.test('an object reached twice keeps its sharing, as structuredClone keeps it', (t) => {
+  const shared = { amount: 1 };
+  const body = { p: shared, q: shared, list: [shared] };
+  const copied = cloneBody(body) as { p: object; q: object; list: object[] };
+  t.equal(copied.p, copied.q, 'one object under two members stays one');
+  t.equal(copied.list[0], copied.p);
+  t.not(copied.p, shared);
+  // Twenty-four levels of two members each naming the level below: a walk
+  // of the tree would visit 2^24 nodes; the copy keeps the 25 objects.
+  let dag: unknown = [1];
+  for (let i = 0; i < 24; i++) dag = { a: dag, b: dag };
+  const copiedDag = cloneBody(dag) as { a: unknown; b: unknown };
+  t.equal(copiedDag.a, copiedDag.b, 'the levels stay shared');
+  t.end();
+});
+
+void t.test('members named like Object.prototype properties survive a frozen prototype', (t) => {
+  // Frozen in a process of its own: this one's prototype stays as it is.
+  const script = [
+    "const { cloneBody } = await import('./platform/http/idempotency/clone.ts');",
+    'Object.freeze(Object.prototype);',
+    'const body = JSON.parse(\'{"toString":"x","constructor":1,"hasOwnProperty":[2],"amount":5}\');',
+    'process.stdout.write(JSON.stringify(cloneBody(body)));',
+  ].join('\n');
+  const out = execFileSync(
+    process.execPath,
+    ['--import', 'tsx', '--input-type=module', '-e', script],
+    { cwd: projectRoot(), encoding: 'utf8' },
+  );
+  t.same(JSON.parse(out), { toString: 'x', constructor: 1, hasOwnProperty: [2], amount: 5 });
   t.end();
 });
