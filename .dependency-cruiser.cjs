@@ -3,7 +3,8 @@
  * `make check`:
  * - kernel imports only node built-ins and kernel;
  * - platform imports kernel, platform and npm packages; the idempotency
- *   plugin (platform/http/idempotency) only kernel and npm packages;
+ *   plugin (platform/http/idempotency) only kernel and npm packages, and
+ *   the rest of the server's code reaches it only through its index.ts;
  * - a module imports kernel, platform, npm packages and itself, never another
  *   module, apps or test;
  * - only apps and test import a module, and only through its index.ts;
@@ -35,6 +36,20 @@ module.exports = {
       to: {
         path: '^(platform|modules|apps|test|scripts)/',
         pathNot: ['^platform/http/idempotency/'],
+      },
+    },
+    {
+      name: 'idempotency-plugin-only-through-index',
+      comment:
+        'code outside the idempotency plugin imports it only through its index.ts, so its internal files can change without breaking the server',
+      severity: 'error',
+      from: {
+        path: '^(apps|kernel|platform|modules)/',
+        pathNot: ['^platform/http/idempotency/', '\\.test\\.ts$'],
+      },
+      to: {
+        path: '^platform/http/idempotency/',
+        pathNot: ['^platform/http/idempotency/index\\.ts$'],
       },
     },
     {

@@ -6,7 +6,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { Exposition } from '../metrics/index.js';
-import { sendProblem as writeProblem } from './idempotency/index.js';
+import { sendProblem as writeProblem } from './problem-reply.js';
 import { toAppError } from './problems.js';
 
 /**
@@ -73,7 +73,6 @@ export function registerProbes(app: FastifyInstance, options: ProbeOptions): voi
           reply,
           toAppError(Object.assign(new Error('database unreachable'), { statusCode: 503 })),
           req.id,
-          { canonical: false },
         );
       }
     },

@@ -9,7 +9,7 @@ import type { Duplex } from 'node:stream';
 import type { FastifyRequest } from 'fastify';
 import { newId } from '../../kernel/ids/index.js';
 import { problem, toProblemBody, type AppError } from '../../kernel/errs/index.js';
-import { PROBLEM_CONTENT_TYPE } from './idempotency/index.js';
+import { PROBLEM_CONTENT_TYPE } from './problem-reply.js';
 
 /**
  * How many times a header appears in Node.js's flat raw header list.

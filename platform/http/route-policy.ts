@@ -10,7 +10,7 @@
  * server is ready; either refusal stops start-up naming the route.
  */
 import type { FastifyInstance, RouteOptions } from 'fastify';
-import { routeLabel } from './idempotency/checks.js';
+import { routeLabel } from './idempotency/index.js';
 
 /** A route that breaks the application's rules. */
 export class RoutePolicyError extends Error {

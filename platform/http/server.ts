@@ -20,13 +20,10 @@ import type { Clock } from '../../kernel/clock/index.js';
 import type { Metrics } from '../../kernel/metrics/index.js';
 import { isUuid, newId } from '../../kernel/ids/index.js';
 import { newRequestContext, runWithContext } from '../../kernel/context/index.js';
-import { problem, type AppError } from '../../kernel/errs/index.js';
+import { problem } from '../../kernel/errs/index.js';
 import type { Exposition } from '../metrics/index.js';
-import {
-  documentKeyedRoute,
-  PROBLEM_CONTENT_TYPE,
-  sendProblem as writeProblem,
-} from './idempotency/index.js';
+import { documentKeyedRoute } from './idempotency/index.js';
+import { PROBLEM_CONTENT_TYPE, sendProblem } from './problem-reply.js';
 import { noStoreHook, notModifiedHook } from './caching.js';
 import { rangeReplyHook, rangeRequestHook } from './range.js';
 import { registerIdempotency, type IdempotencyStage } from './idempotency-stage.js';
@@ -112,23 +109,7 @@ export const DOCS_PREFIX = '/docs';
 /** How many findings a validator collects before it stops looking (problems.ts). */
 export { VALIDATION_SCAN_LIMIT };
 
-/**
- * Sends an {@link AppError} as problem+json with its headers.
- *
- * @param reply the reply.
- * @param err the problem.
- * @param correlationId the request's correlation id.
- * @returns the reply, sent.
- */
-export function sendProblem(
-  reply: FastifyReply,
-  err: AppError,
-  correlationId: string,
-): FastifyReply {
-  // One writer of problems for the whole server: the idempotency plugin's
-  // (keyed answers in canonical bytes; these through the route's serializer).
-  return writeProblem(reply, err, correlationId, { canonical: false });
-}
+export { sendProblem };
 
 /**
  * The correlation id of a request: the client's `Correlation-Id` when it is a

@@ -7,7 +7,7 @@
  */
 import { getLocation } from 'jsonc-parser';
 import sjson from 'secure-json-parse';
-import { findDuplicateMember, type JsonPath } from '../http/idempotency/canonical.js';
+import { findDuplicateMember, type JsonPath } from '../http/idempotency/index.js';
 
 export {
   canonicalBody,
@@ -16,7 +16,7 @@ export {
   hasDuplicateMembers,
   type CanonicalBody,
   type JsonPath,
-} from '../http/idempotency/canonical.js';
+} from '../http/idempotency/index.js';
 
 /**
  * A JSON pointer (RFC 6901) for a path: `~` written `~0`, `/` written `~1`.

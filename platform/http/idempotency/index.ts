@@ -1,7 +1,9 @@
 /**
  * The idempotency plugin's public face: the plugin, its options and events,
  * its errors, the OpenAPI addition for @fastify/swagger's `transform`, and
- * the writer of problem answers the server shares. See README.md.
+ * the writer of problem answers the server shares, the route label its
+ * refusals use, and canonical JSON (RFC 8785) with duplicate-member
+ * detection, which platform/jsoncanon re-exports. See README.md.
  *
  * @packageDocumentation
  */
@@ -25,3 +27,12 @@ export {
   keyLifetimeValue,
   sendProblem,
 } from './answers.js';
+export { routeLabel } from './checks.js';
+export {
+  canonicalBody,
+  canonicalJson,
+  findDuplicateMember,
+  hasDuplicateMembers,
+  type CanonicalBody,
+  type JsonPath,
+} from './canonical.js';
