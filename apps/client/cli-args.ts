@@ -3,7 +3,6 @@
  * (a flag wins) into a {@link Command}, every bad one refused in one line
  * naming the flag or variable ({@link UsageError}).
  */
-import { parseArgs } from 'node:util';
 import {
   UsageError,
   type Command,
@@ -13,6 +12,12 @@ import {
 } from './cli-command.js';
 import { checkKey } from './outbox.js';
 import { badPort } from './sender-transport.js';
+
+// A built-in through process.getBuiltinModule, not an ES import: the import
+// reads every export of the module, lazy ones included, which costs the
+// command line's start-up (docs/DECISIONS.md, "The client sends with
+// node:http").
+const { parseArgs } = process.getBuiltinModule('node:util');
 
 const OPTIONS = {
   outbox: { type: 'string' },

@@ -306,8 +306,9 @@ export class LedgerClient {
     return { intent: this.outbox.get(intent.key) ?? intent, report };
   }
 
-  /** Closes the outbox (its lock is released). */
+  /** Closes the outbox (its lock is released) and the idle connections to the server. */
   close(): void {
+    this.sender.close();
     this.outbox.close();
   }
 }

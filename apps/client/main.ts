@@ -4,19 +4,9 @@
  * commands and README.md beside this file for the guarantees. SIGINT and
  * SIGTERM stop a drain between attempts: intents stay pending, exit 130.
  */
-import { setFlagsFromString } from 'node:v8';
 import { silenceSqliteExperimentalWarning } from './warnings.js';
 import { EXIT, runCli } from './cli.js';
 
-// Before the first request. fetch parses HTTP with a WebAssembly module;
-// from the second request on one connection (GET /api/v1/me, then the
-// write) V8 recompiles it optimized on background threads, and the process
-// waits for that compilation when it exits: 140 to 260 ms after the result
-// was printed, on 2 cores. A command sends a few requests, for which the
-// baseline code is fast enough; both flags are needed to keep V8 from
-// tiering up.
-setFlagsFromString('--no-wasm-tier-up');
-setFlagsFromString('--no-wasm-dynamic-tiering');
 // Before the first outbox is opened, which loads node:sqlite.
 silenceSqliteExperimentalWarning();
 

@@ -2,7 +2,11 @@
  * Idempotency keys: UUIDv7 (RFC 9562) in lower case, made here or given by
  * a caller and checked; a key's first 48 bits are the time it was made.
  */
-import { randomBytes } from 'node:crypto';
+// A built-in through process.getBuiltinModule, not an ES import: the import
+// reads every export of the module, lazy ones included, which costs the
+// command line's start-up (docs/DECISIONS.md, "The client sends with
+// node:http").
+const { randomBytes } = process.getBuiltinModule('node:crypto');
 
 /** A lower-case UUIDv7 in canonical 8-4-4-4-12 form. */
 export const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;

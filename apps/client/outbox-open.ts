@@ -7,7 +7,6 @@
  * opening turned into the outbox's own. Also the reports of an open file:
  * its settings, and `quick_check`.
  */
-import { accessSync, closeSync, constants, openSync, statSync } from 'node:fs';
 import path from 'node:path';
 import type { DatabaseSync } from 'node:sqlite';
 import {
@@ -19,6 +18,13 @@ import {
 } from './outbox-errors.js';
 import type { OutboxOptions, StorageSettings } from './outbox-intent.js';
 import { prepareSchema } from './outbox-schema.js';
+
+// A built-in through process.getBuiltinModule, not an ES import: the import
+// reads every export of the module, lazy ones included, which costs the
+// command line's start-up (docs/DECISIONS.md, "The client sends with
+// node:http").
+const { accessSync, closeSync, constants, openSync, statSync } =
+  process.getBuiltinModule('node:fs');
 
 const SYNCHRONOUS = ['off', 'normal', 'full', 'extra'];
 /** SQLite's result codes met when opening (sqlite3.h). */

@@ -3,9 +3,30 @@
  * limit and no redirects followed, its answer read (the body up to
  * {@link MAX_BODY_BYTES}) into what the outbox records, and the rule that a
  * path never leaves the origin the token is for.
+ *
+ * It sends with `node:http` (or `node:https`) on a keep-alive agent of its
+ * own, loaded through `process.getBuiltinModule`: importing either as an ES
+ * module reads every export of its namespace, and `http.WebSocket` loads
+ * fetch's whole HTTP stack (about 50 ms for a command that sends two
+ * requests); see docs/DECISIONS.md, "The client sends with node:http".
  */
+import type { Agent, ClientRequest, IncomingMessage, RequestOptions } from 'node:http';
 import { OutboxCorruptError, type RecordedAnswer } from './outbox.js';
 import { parseHttpDate } from './retry.js';
+
+/** `http` and `https` share what the transport uses of them. */
+interface HttpModule {
+  readonly Agent: new (options: {
+    keepAlive: boolean;
+    scheduling: 'lifo';
+    timeout: number;
+  }) => Agent;
+  request(
+    url: URL,
+    options: RequestOptions,
+    onAnswer: (res: IncomingMessage) => void,
+  ): ClientRequest;
+}
 
 /** The header in which the server tells how long it keeps a key, in whole seconds. */
 const KEY_LIFETIME_HEADER = 'idempotency-key-lifetime';
@@ -44,29 +65,6 @@ export interface WireAnswer extends RecordedAnswer {
 export const MAX_BODY_BYTES = 1024 * 1024;
 
 /**
- * Reads a body up to {@link MAX_BODY_BYTES}, cancelling the rest.
- *
- * @returns its text, or an empty text and `oversize` when it is larger.
- */
-async function readBody(res: Response): Promise<{ text: string; oversize: boolean }> {
-  if (res.body === null) return { text: '', oversize: false };
-  const reader: ReadableStreamDefaultReader<Uint8Array> = res.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.byteLength;
-    if (size > MAX_BODY_BYTES) {
-      await reader.cancel();
-      return { text: '', oversize: true };
-    }
-    chunks.push(value);
-  }
-  return { text: Buffer.concat(chunks).toString('utf8'), oversize: false };
-}
-
-/**
  * The last error of an intent whose final answer had a body over
  * {@link MAX_BODY_BYTES}: its recorded body is empty.
  */
@@ -79,7 +77,7 @@ const KEPT_HEADERS = ['location', 'etag', 'content-type', 'correlation-id'];
  * What a failed request met, in one line: a timeout, a lost connection, or
  * the network error's code and text.
  *
- * @param err what fetch threw.
+ * @param err what the request was rejected with.
  * @param timeoutMs the attempt's limit, for a timeout's message.
  * @returns the line.
  */
@@ -87,18 +85,15 @@ export function describeError(err: unknown, timeoutMs: number): string {
   if (err instanceof Error && err.name === 'TimeoutError') {
     return `timeout after ${String(timeoutMs)}ms`;
   }
-  const cause = (err as { cause?: { code?: unknown; message?: unknown } }).cause;
-  const code = typeof cause?.code === 'string' ? cause.code : undefined;
-  const text = typeof cause?.message === 'string' ? cause.message : String(err);
-  if (
-    code === 'UND_ERR_SOCKET' ||
-    code === 'ECONNRESET' ||
-    code === 'EPIPE' ||
-    /other side closed|socket hang up/i.test(text)
-  ) {
+  const { code, message } = err as { code?: unknown; message?: unknown };
+  const text = typeof message === 'string' ? message : String(err);
+  // A reset, a write to a closed socket, or a close before the answer
+  // ended (`socket hang up` before its headers, `aborted` after them):
+  // Node.js gives each the code ECONNRESET or EPIPE.
+  if (code === 'ECONNRESET' || code === 'EPIPE') {
     return `connection lost: ${text}`;
   }
-  return code === undefined ? text : `${code}: ${text}`;
+  return typeof code === 'string' ? `${code}: ${text}` : text;
 }
 
 /**
@@ -130,16 +125,109 @@ function problemCode(body: string): string | undefined {
   return undefined;
 }
 
+/** What {@link exchange} read of an answer before the transport records it. */
+interface RawAnswer {
+  readonly status: number;
+  readonly headers: IncomingMessage['headers'];
+  readonly text: string;
+  readonly oversize: boolean;
+}
+
+/** One header's value as one text: repeated values joined by `, `, as fetch reads them. */
+function header(headers: IncomingMessage['headers'], name: string): string | null {
+  const value = headers[name];
+  if (value === undefined) return null;
+  return Array.isArray(value) ? value.join(', ') : value;
+}
+
+/**
+ * One request and its answer, the body read up to {@link MAX_BODY_BYTES}
+ * (a larger one is not read: the connection is dropped).
+ *
+ * @param signal ends the request at any point, body included: rejected
+ *   with the signal's reason (a `TimeoutError` for the time limit).
+ * @throws the request's network error, or the signal's reason.
+ */
+function exchange(
+  http: HttpModule,
+  url: URL,
+  options: RequestOptions,
+  body: string | null,
+  signal: AbortSignal,
+): Promise<RawAnswer> {
+  return new Promise((resolve, reject) => {
+    let settled = false;
+    const settle = (fn: () => void): void => {
+      if (settled) return;
+      settled = true;
+      signal.removeEventListener('abort', onAbort);
+      fn();
+    };
+    const fail = (err: Error): void => {
+      settle(() => {
+        req.destroy();
+        reject(err);
+      });
+    };
+    // The reason is what `abort()` or the timeout gave: an Error (a
+    // `DOMException`) unless a caller aborted with something else.
+    function onAbort(): void {
+      fail(signal.reason as Error);
+    }
+    if (signal.aborted) {
+      reject(signal.reason as Error);
+      return;
+    }
+    const req = http.request(url, options, (answer) => {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      answer.on('data', (chunk: Buffer) => {
+        size += chunk.byteLength;
+        if (size > MAX_BODY_BYTES) {
+          settle(() => {
+            answer.destroy();
+            req.destroy();
+            resolve({
+              status: answer.statusCode ?? 0,
+              headers: answer.headers,
+              text: '',
+              oversize: true,
+            });
+          });
+          return;
+        }
+        chunks.push(chunk);
+      });
+      answer.once('end', () => {
+        settle(() => {
+          resolve({
+            status: answer.statusCode ?? 0,
+            headers: answer.headers,
+            text: Buffer.concat(chunks).toString('utf8'),
+            oversize: false,
+          });
+        });
+      });
+      // A connection lost mid-body: Node.js errors the answer (`aborted`).
+      answer.on('error', fail);
+    });
+    req.on('error', fail);
+    signal.addEventListener('abort', onAbort, { once: true });
+    req.end(body ?? undefined);
+  });
+}
+
 /** Sends requests to one origin with one token. */
 export class Transport {
   /** The origin requests go to. */
   readonly origin: URL;
+  private readonly http: HttpModule;
+  private agent: Agent | undefined;
 
   /**
    * @param baseUrl the server's origin.
    * @param token the bearer token.
    * @param timeoutMs one request's limit, answer body included.
-   * @param fetch the fetch implementation.
    * @throws RangeError for a base URL that is not an http(s) origin or is
    *   on a port fetch refuses, or an empty token.
    */
@@ -147,7 +235,6 @@ export class Transport {
     baseUrl: string,
     private readonly token: string,
     private readonly timeoutMs: number,
-    private readonly fetch: typeof globalThis.fetch,
   ) {
     let origin: URL | undefined;
     try {
@@ -174,6 +261,10 @@ export class Transport {
     }
     if (token === '') throw new RangeError('token must not be empty');
     this.origin = origin;
+    this.http =
+      origin.protocol === 'https:'
+        ? process.getBuiltinModule('node:https')
+        : process.getBuiltinModule('node:http');
   }
 
   /**
@@ -203,7 +294,8 @@ export class Transport {
    * @param signal aborts the request.
    * @returns the answer as read.
    * @throws OutboxCorruptError when the path leaves the origin (nothing is sent).
-   * @throws the error of fetch (network, timeout, abort).
+   * @throws the request's network error, a `TimeoutError` past the time
+   *   limit, or the signal's reason when it aborts.
    */
   async request(
     method: string,
@@ -215,43 +307,55 @@ export class Transport {
     // Checked before the token is attached.
     const url = this.url(path);
     const headers: Record<string, string> = { authorization: `Bearer ${this.token}` };
-    if (body !== null) headers['content-type'] = 'application/json';
+    if (body !== null) {
+      headers['content-type'] = 'application/json';
+      headers['content-length'] = String(Buffer.byteLength(body));
+    }
     if (key !== undefined) headers['idempotency-key'] = key;
-    const both = AbortSignal.any([signal, AbortSignal.timeout(this.timeoutMs)]);
-    const res = await this.fetch(url, {
-      method,
-      headers,
+    // The same keep-alive agent as Node.js's global one, of this transport
+    // alone: the requests of a drain share its connections.
+    this.agent ??= new this.http.Agent({ keepAlive: true, scheduling: 'lifo', timeout: 5_000 });
+    const res = await exchange(
+      this.http,
+      url,
+      { method, headers, agent: this.agent },
       body,
-      signal: both,
-      redirect: 'manual',
-    });
-    const { text, oversize } = await readBody(res);
+      AbortSignal.any([signal, AbortSignal.timeout(this.timeoutMs)]),
+    );
     const kept: Record<string, string> = {};
     for (const name of KEPT_HEADERS) {
-      const value = res.headers.get(name);
+      const value = header(res.headers, name);
       if (value !== null) kept[name] = value;
     }
-    const marker = res.headers.get('idempotent-replay')?.trim().toLowerCase();
+    const marker = header(res.headers, 'idempotent-replay')?.trim().toLowerCase();
     return {
-      oversize,
+      oversize: res.oversize,
       status: res.status,
       replayed: marker === 'true',
       marked: marker === 'true' || marker === 'false',
       headers: kept,
-      body: text,
-      retryAfter: res.headers.get('retry-after'),
-      serverTime: parseHttpDate(res.headers.get('date')),
-      keyLifetimeMs: parseKeyLifetime(res.headers.get(KEY_LIFETIME_HEADER)),
-      code: res.status >= 400 ? problemCode(text) : undefined,
+      body: res.text,
+      retryAfter: header(res.headers, 'retry-after'),
+      serverTime: parseHttpDate(header(res.headers, 'date')),
+      keyLifetimeMs: parseKeyLifetime(header(res.headers, KEY_LIFETIME_HEADER)),
+      code: res.status >= 400 ? problemCode(res.text) : undefined,
     };
+  }
+
+  /** Closes the transport's idle connections; a later request opens new ones. */
+  close(): void {
+    this.agent?.destroy();
+    this.agent = undefined;
   }
 }
 
 /**
- * The ports fetch refuses to connect to (the Fetch standard's "bad ports",
- * which Node.js's fetch applies): a request to one fails at once with "bad
- * port", however often it is repeated, so an origin on one is refused
- * before anything is stated or sent. A test checks the list against fetch.
+ * The Fetch standard's "bad ports", which Node.js's fetch refuses to
+ * connect to: the ports of other protocols (SMTP, SSH, X11, ...), never
+ * this API. node:http would connect to them; the client refuses them
+ * before anything is stated or sent, as a caller sending with fetch meets
+ * them, instead of waiting for a server that is not there. A test checks
+ * the list against fetch.
  */
 export const BAD_PORTS: ReadonlySet<number> = new Set([
   1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102,

@@ -55,8 +55,6 @@ export interface SenderOptions {
    * server tells. Default: none.
    */
   readonly onWarning?: (detail: string) => void;
-  /** The fetch implementation; default the global fetch. */
-  readonly fetch?: typeof fetch;
 }
 
 /** What a drain reports as it goes. */

@@ -17,7 +17,6 @@
  * binds the outbox to that principal (keys are per principal: another
  * principal's repeat of a key would run as a new request).
  */
-import { setTimeout as delay } from 'node:timers/promises';
 import { OutboxError, type Intent } from './outbox.js';
 import { backoffDelay, classifyAnswer } from './retry.js';
 import { attempt, type AttemptContext } from './sender-attempt.js';
@@ -34,6 +33,12 @@ import type {
 export * from './sender-types.js';
 export { DEFAULT_KEY_TTL_MS } from './sender-clock.js';
 export { MAX_BODY_BYTES, OVERSIZE_NOTE } from './sender-transport.js';
+
+// A built-in through process.getBuiltinModule, not an ES import: the import
+// reads every export of the module, lazy ones included, which costs the
+// command line's start-up (docs/DECISIONS.md, "The client sends with
+// node:http").
+const { setTimeout: delay } = process.getBuiltinModule('node:timers/promises');
 
 const defaultSleep = (ms: number, signal: AbortSignal): Promise<void> =>
   delay(ms, undefined, { signal });
@@ -61,12 +66,7 @@ export class Sender {
    */
   constructor(private readonly options: SenderOptions) {
     this.clock = options.clock ?? Date.now;
-    this.transport = new Transport(
-      options.baseUrl,
-      options.token,
-      options.timeoutMs,
-      options.fetch ?? globalThis.fetch,
-    );
+    this.transport = new Transport(options.baseUrl, options.token, options.timeoutMs);
     if (options.keyTtlMs !== undefined && !(options.ttlMarginMs < options.keyTtlMs)) {
       throw new RangeError('ttlMarginMs must be less than keyTtlMs');
     }
@@ -223,6 +223,15 @@ export class Sender {
    */
   keyLifetimeMs(): number {
     return this.server.keyLifetimeMs();
+  }
+
+  /**
+   * Closes the idle connections kept for later requests. A later drain
+   * opens new ones; idle connections do not keep the process alive either
+   * way.
+   */
+  close(): void {
+    this.transport.close();
   }
 
   private async checkPrincipal(

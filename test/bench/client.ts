@@ -5,7 +5,7 @@
  * against the bench's running server, beside what no client can avoid: a
  * bare `node -e 0` and the HTTP exchanges the transfer makes (`GET
  * /api/v1/me`, then the keyed `POST /api/v1/transfers`, on one keep-alive
- * connection as fetch sends them), timed with the same requests from the
+ * connection as the client sends them), timed with the same requests from the
  * bench's process. Each run measures the three in turn, so a busy moment
  * of the machine weighs on all of them alike. It also times the client's
  * exit after its last write (its result line), which nothing but the
@@ -105,7 +105,7 @@ function exchange(
 
 /**
  * The HTTP exchanges of one transfer, from this process, on one fresh
- * keep-alive connection as the client's fetch makes them.
+ * keep-alive connection as the client makes them.
  *
  * @returns their wall time in milliseconds
  * @throws Error when the server does not answer 200 and then 201

@@ -1,0 +1,198 @@
+/**
+ * The transport against a real HTTP server: what it does when an answer is
+ * cut off or stalls after its headers, when the caller stops it mid-body,
+ * how repeated headers read, and that the requests of one transport share a
+ * keep-alive connection that `close` ends. The answers' classification is
+ * sender-answers.test.ts.
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import t, { type Test } from 'tap';
+import { MAX_BODY_BYTES, Transport, describeError } from './sender-transport.js';
+
+type Handler = (req: http.IncomingMessage, res: http.ServerResponse) => void;
+
+async function serve(
+  t: Test,
+  handler: Handler,
+): Promise<{ base: string; ports: number[]; closed: number[] }> {
+  const ports: number[] = [];
+  const closed: number[] = [];
+  const server = http.createServer((req, res) => {
+    ports.push(req.socket.remotePort ?? 0);
+    handler(req, res);
+  });
+  server.on('connection', (socket) => {
+    const port = socket.remotePort ?? 0;
+    socket.once('close', () => closed.push(port));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(
+    () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => {
+          resolve();
+        });
+      }),
+  );
+  return {
+    base: `http://127.0.0.1:${String((server.address() as AddressInfo).port)}`,
+    ports,
+    closed,
+  };
+}
+
+const never = new AbortController().signal;
+
+void t.test('an answer cut off after its headers is a lost connection', async (t) => {
+  const s = await serve(t, (_req, res) => {
+    res.writeHead(201, { 'content-type': 'application/json', 'content-length': '100' });
+    res.write('{"id":');
+    setTimeout(() => res.socket?.destroy(), 20);
+  });
+  const transport = new Transport(s.base, 'tok', 2_000);
+  const err = await transport.request('GET', '/x', null, undefined, never).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  t.ok(err instanceof Error, 'rejected');
+  t.match(describeError(err, 2_000), /^connection lost: /);
+  transport.close();
+});
+
+void t.test('an answer that stalls after its headers ends at the time limit', async (t) => {
+  const s = await serve(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.write('{"id":');
+  });
+  const transport = new Transport(s.base, 'tok', 300);
+  const started = performance.now();
+  const err = await transport.request('GET', '/x', null, undefined, never).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  t.equal((err as Error).name, 'TimeoutError');
+  t.equal(describeError(err, 300), 'timeout after 300ms');
+  t.ok(performance.now() - started < 10_000, 'it ended');
+  transport.close();
+});
+
+void t.test("the caller's signal stops a request mid-body with its reason", async (t) => {
+  const stop = new AbortController();
+  const s = await serve(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.write('{"id":');
+    setTimeout(() => {
+      stop.abort();
+    }, 20);
+  });
+  const transport = new Transport(s.base, 'tok', 5_000);
+  const err = await transport.request('GET', '/x', null, undefined, stop.signal).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  t.equal(err, stop.signal.reason, 'rejected with the reason');
+  // Already stopped: nothing is sent.
+  const before = s.ports.length;
+  const again = await transport.request('GET', '/x', null, undefined, stop.signal).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  t.equal(again, stop.signal.reason);
+  t.equal(s.ports.length, before, 'a stopped signal sends nothing');
+  transport.close();
+});
+
+void t.test(
+  'a body is sent with its length, one connection serves a drain, close ends it',
+  async (t) => {
+    const seen: { length?: string; encoding?: string; body: string }[] = [];
+    const s = await serve(t, (req, res) => {
+      let body = '';
+      req.setEncoding('utf8');
+      req.on('data', (c: string) => (body += c));
+      req.on('end', () => {
+        seen.push({
+          body,
+          ...(req.headers['content-length'] === undefined
+            ? {}
+            : { length: req.headers['content-length'] }),
+          ...(req.headers['transfer-encoding'] === undefined
+            ? {}
+            : { encoding: req.headers['transfer-encoding'] }),
+        });
+        res.setHeader('idempotent-replay', ['true', 'true']);
+        res.setHeader('content-type', 'application/json');
+        res.end('{"ok":"\u00e9"}');
+      });
+    });
+    const transport = new Transport(s.base, 'tok', 2_000);
+    const body = '{"amount":1,"note":"\u00e9"}';
+    const first = await transport.request('POST', '/x', body, 'k1', never);
+    const second = await transport.request('GET', '/y', null, undefined, never);
+    t.same(
+      seen[0],
+      { body, length: String(Buffer.byteLength(body)) },
+      'content-length in bytes, not chunked',
+    );
+    t.equal(first.body, '{"ok":"\u00e9"}', 'the body decoded as UTF-8');
+    t.equal(first.replayed, false, 'a repeated marker is not a marker');
+    t.equal(first.marked, false);
+    t.equal(second.status, 200);
+    t.equal(s.ports.length, 2);
+    t.equal(s.ports[0], s.ports[1], 'both requests on one keep-alive connection');
+    t.same(s.closed, [], 'the idle connection is kept');
+    transport.close();
+    const deadline = performance.now() + 5_000;
+    while (s.closed.length === 0 && performance.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    t.same(s.closed, [s.ports[0]], 'close ends the idle connection');
+    const third = await transport.request('GET', '/z', null, undefined, never);
+    t.equal(third.status, 200, 'a request after close opens a new connection');
+    t.not(s.ports[2], s.ports[0]);
+    transport.close();
+  },
+);
+
+void t.test(
+  'an oversize answer drops its connection, and the next request opens another',
+  async (t) => {
+    const s = await serve(t, (req, res) => {
+      if (req.url === '/big') {
+        res.writeHead(200, { 'content-type': 'application/octet-stream' });
+        res.end(Buffer.alloc(MAX_BODY_BYTES + 1, 0x61));
+        return;
+      }
+      res.end('small');
+    });
+    const transport = new Transport(s.base, 'tok', 5_000);
+    const big = await transport.request('GET', '/big', null, undefined, never);
+    t.equal(big.oversize, true);
+    t.equal(big.body, '');
+    const small = await transport.request('GET', '/small', null, undefined, never);
+    t.equal(small.body, 'small');
+    t.not(s.ports[1], s.ports[0], 'the oversize answer was not left on a connection for reuse');
+    transport.close();
+  },
+);
+
+void t.test('a refused connection names its code', async (t) => {
+  // A port just given back by a closed server: nothing listens on it.
+  const closedServer = http.createServer();
+  await new Promise<void>((resolve) => closedServer.listen(0, '127.0.0.1', resolve));
+  const free = (closedServer.address() as AddressInfo).port;
+  await new Promise<void>((resolve) =>
+    closedServer.close(() => {
+      resolve();
+    }),
+  );
+  const transport = new Transport(`http://127.0.0.1:${String(free)}`, 'tok', 2_000);
+  const err = await transport.request('GET', '/x', null, undefined, never).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  t.match(describeError(err, 2_000), /^ECONNREFUSED: connect ECONNREFUSED 127\.0\.0\.1:/);
+  transport.close();
+});
