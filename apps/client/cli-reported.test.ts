@@ -212,3 +212,48 @@ void t.test(
     after.close();
   },
 );
+
+void t.test(
+  'a rerun refused for an equal intent whose key expired after an attempt says it may have taken effect; one never sent may be stated again',
+  async (t) => {
+    // The first attempt was cut off and the key grew too old to repeat
+    // before the answer came: the intent ended failed expired, and its
+    // command was killed before it printed that. The money may have moved.
+    const file = path.join(await tempDir(t), 'outbox.sqlite');
+    const outbox = Outbox.open(file);
+    const body = { from_account_id: ID_A, to_account_id: ID_B, amount: 5 };
+    const { intent } = outbox.enqueue(transferIntent(body));
+    outbox.recordAttempt(intent.seq, 1, Date.now());
+    outbox.recordExpired(intent.seq, Date.now());
+    outbox.close();
+    const env = {
+      CLIENT_OUTBOX: file,
+      CLIENT_BASE_URL: `http://127.0.0.1:${String(await closedPort())}`,
+      CLIENT_TOKEN: 'tok',
+    };
+    const argv = ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '5', '--wait', '0'];
+    const o = io();
+    t.equal(await runCli(argv, env, o), EXIT.failed, o.err());
+    t.equal(o.out(), '', 'nothing printed as if this command had stated it');
+    const err = o.err();
+    t.equal(err.split('\n').length, 2, `one line: ${err}`);
+    t.match(err, new RegExp(`^client: .*${intent.key}.*expired`), 'names the key and the expiry');
+    t.match(err, /may have taken effect/, 'says it may have taken effect');
+    t.match(err, /do not state it again/, 'says not to state it again');
+    t.match(err, /check the balances of both accounts/, 'says how to check');
+    t.notMatch(err, /--again states a second one/, 'does not offer a second transfer');
+
+    // The same position with no attempt: the key expired before anything
+    // was sent, so nothing can have taken effect and --again is the way on.
+    const file2 = path.join(await tempDir(t), 'outbox.sqlite');
+    const unsent = Outbox.open(file2);
+    const stated = unsent.enqueue(transferIntent(body)).intent;
+    unsent.recordExpired(stated.seq, Date.now());
+    unsent.close();
+    const o2 = io();
+    t.equal(await runCli(argv, { ...env, CLIENT_OUTBOX: file2 }, o2), EXIT.failed, o2.err());
+    t.match(o2.err(), new RegExp(`^client: .*${stated.key}.*never sent`));
+    t.match(o2.err(), /--again states a second one/);
+    t.notMatch(o2.err(), /may have taken effect/);
+  },
+);

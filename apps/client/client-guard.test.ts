@@ -165,3 +165,44 @@ void t.test(
     t.notMatch(message, /state with again to mean a second one/);
   },
 );
+
+void t.test(
+  'the refusal of an equal intent whose key expired after an attempt says it may have taken effect; one never sent may be stated again',
+  async (t) => {
+    const file = await tempFile(t);
+    const client = open(file);
+    t.teardown(() => {
+      client.close();
+    });
+    const refusal = (): string => {
+      try {
+        client.state(transferIntent(BODY));
+      } catch (err) {
+        t.type(err, EqualIntentError);
+        return (err as Error).message;
+      }
+      t.fail('not refused');
+      return '';
+    };
+    // An attempt was sent (it may have reached the server), then the key
+    // grew too old to repeat: the outcome is as unknown as outcome_unknown's.
+    const sent = client.state(transferIntent(BODY)).intent;
+    client.outbox.recordAttempt(sent.seq, 1, 5);
+    client.outbox.recordExpired(sent.seq, 6);
+    const message = refusal();
+    t.match(message, sent.key);
+    t.match(message, /may have taken effect/);
+    t.match(message, /do not state it again/);
+    t.match(message, /check whether it took effect/);
+    t.notMatch(message, /state with again to mean a second one/);
+    client.outbox.markReported(sent.seq, 7);
+    // Never sent before its key expired: nothing can have taken effect.
+    const unsent = client.state(transferIntent(BODY)).intent;
+    client.outbox.recordExpired(unsent.seq, 8);
+    const second = refusal();
+    t.match(second, unsent.key);
+    t.match(second, /never sent/);
+    t.match(second, /state with again to mean a second one/);
+    t.notMatch(second, /may have taken effect/);
+  },
+);

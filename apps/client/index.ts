@@ -53,6 +53,7 @@ export {
   transferIntent,
   accountIntent,
   answerBody,
+  mayHaveTakenEffect,
   type LedgerClientOptions,
   type IntentOptions,
   type StateOptions,
