@@ -1,66 +1,14 @@
 /**
  * The outbox's schema versions on real files: a file of schema version 1
- * or 2 (made here with that version's own SQL, as the client of then wrote
- * it) is migrated to version 5 when it is opened, in one transaction, with
+ * (made here with that version's own SQL, as the client of then wrote it)
+ * is migrated to version 5 when it is opened, in one transaction, with
  * every row kept as it was; a migration that meets a broken foreign key is
  * refused and leaves the file as it was.
  */
-import fs from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { Outbox, OutboxOpenError } from './outbox.js';
-
-/** The schema of version 1, as the client wrote it before version 2. */
-const V1_SCHEMA = `
-create table meta (name text primary key, value text not null) strict;
-create table intents (
-  seq integer primary key autoincrement,
-  key text not null unique,
-  operation text not null,
-  method text not null,
-  path text not null,
-  body text,
-  lanes text not null,
-  created_at integer not null,
-  state text not null default 'pending' check (state in ('pending', 'done', 'failed')),
-  failure text check (failure in ('key_reuse', 'expired', 'unexpected_answer')),
-  attempts integer not null default 0,
-  next_attempt_at integer not null default 0,
-  last_error text,
-  status integer,
-  replayed integer,
-  answer_headers text,
-  answer_body text,
-  finished_at integer
-) strict;
-create index intents_pending on intents (seq) where state = 'pending';
-create table intent_lanes (
-  lane text not null,
-  seq integer not null references intents (seq),
-  primary key (lane, seq)
-) strict, without rowid;
-insert into meta (name, value) values ('schema_version', '1');
-`;
-
-const V1_COLUMNS =
-  'seq, key, operation, method, path, body, lanes, created_at, state, failure, attempts, next_attempt_at, last_error, status, replayed, answer_headers, answer_body, finished_at';
-
-const KEYS = [
-  '0190f2a4-1b2c-7d3e-8f40-000000000001',
-  '0190f2a4-1b2c-7d3e-8f40-000000000002',
-  '0190f2a4-1b2c-7d3e-8f40-000000000003',
-  '0190f2a4-1b2c-7d3e-8f40-000000000004',
-  '0190f2a4-1b2c-7d3e-8f40-000000000005',
-];
-const BODY = '{"amount":5,"from_account_id":"a","to_account_id":"b"}';
-
-async function tempFile(t: Test): Promise<string> {
-  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'client-schema-'));
-  t.teardown(() => fs.rm(dir, { recursive: true, force: true }));
-  return path.join(dir, 'v1.sqlite');
-}
+import { BODY, KEYS, V1_COLUMNS, V1_SCHEMA, snapshot, tempFile } from './outbox-schema-fixture.js';
 
 /** A version 1 file with a pending, two done, a failed and a removed intent. */
 function writeV1(file: string): void {
@@ -161,30 +109,6 @@ function writeV1(file: string): void {
   }
   db.exec(`insert into meta (name, value) values ('principal_id', 'p1')`);
   db.close();
-}
-
-function snapshot(file: string) {
-  const db = new DatabaseSync(file);
-  try {
-    return {
-      intents: db.prepare(`select ${V1_COLUMNS} from intents order by seq`).all(),
-      lanes: db.prepare('select lane, seq from intent_lanes order by seq, lane').all(),
-      principal: db.prepare(`select value from meta where name = 'principal_id'`).get(),
-      version: db.prepare(`select value from meta where name = 'schema_version'`).get()?.['value'],
-      sequence: db.prepare(`select seq from sqlite_sequence where name = 'intents'`).get()?.['seq'],
-      table: String(
-        db.prepare(`select sql from sqlite_master where name = 'intents'`).get()?.['sql'],
-      ),
-      indexes: db
-        .prepare(`select name from sqlite_master where type = 'index' and tbl_name = 'intents'`)
-        .all()
-        .map((r) => String(r['name'])),
-      foreignKeyProblems: db.prepare('pragma foreign_key_check').all(),
-      answers: db.prepare('select seq, marked, attempt_started_at from intents order by seq').all(),
-    };
-  } finally {
-    db.close();
-  }
 }
 
 void t.test('a version 1 file is migrated on open with its rows unchanged', async (t) => {
@@ -321,151 +245,3 @@ void t.test('a new file has the version 5 schema', async (t) => {
   t.equal(s.version, '5');
   t.same(s.answers, [{ seq: 1, marked: 0, attempt_started_at: null }]);
 });
-
-/** The intents table of version 2, as the client wrote it before version 3. */
-const V2_INTENTS = `
-create table intents (
-  seq integer primary key autoincrement,
-  key text not null unique,
-  operation text not null,
-  method text not null,
-  path text not null,
-  body text,
-  lanes text not null,
-  created_at integer not null,
-  state text not null default 'pending' check (state in ('pending', 'done', 'failed')),
-  failure text check (failure in ('key_reuse', 'expired', 'unexpected_answer', 'outcome_unknown')),
-  attempts integer not null default 0,
-  next_attempt_at integer not null default 0,
-  attempt_started_at integer,
-  last_error text,
-  status integer,
-  replayed integer,
-  marked integer check (marked in (0, 1)),
-  answer_headers text,
-  answer_body text,
-  finished_at integer
-) strict;`;
-
-void t.test('a version 2 file is migrated to version 5 with its rows unchanged', async (t) => {
-  const file = await tempFile(t);
-  const db = new DatabaseSync(file);
-  db.exec('pragma journal_mode = wal');
-  db.exec(
-    V1_SCHEMA.replace(/create table intents \([^;]*\) strict;/, V2_INTENTS).replace(
-      "'schema_version', '1'",
-      "'schema_version', '2'",
-    ),
-  );
-  db.exec(`insert into intents (key, operation, method, path, body, lanes, created_at, attempts,
-             attempt_started_at, last_error)
-           values ('${KEYS[0] ?? ''}', 'createTransfer', 'POST', '/api/v1/transfers', '${BODY}',
-             '["account:a"]', 1_000, 1, 1_500, null)`);
-  db.exec(`insert into intents (key, operation, method, path, body, lanes, created_at, state,
-             attempts, status, replayed, marked, answer_headers, answer_body, finished_at)
-           values ('${KEYS[1] ?? ''}', 'createTransfer', 'POST', '/api/v1/transfers', '${BODY}',
-             '[]', 1_100, 'done', 1, 201, 0, 1, '{}', '{"id":"t"}', 1_200)`);
-  db.exec(`insert into intent_lanes (lane, seq) values ('account:a', 1)`);
-  const before = db.prepare(`select ${V1_COLUMNS}, marked, attempt_started_at from intents`).all();
-  db.close();
-  const outbox = Outbox.open(file);
-  const intents = outbox.list();
-  t.equal(intents.length, 2);
-  t.match(intents, [
-    {
-      seq: 1,
-      state: 'pending',
-      attempts: 1,
-      attemptStartedAt: 1_500,
-      serverAnchor: null,
-      reportedAt: null,
-    },
-    {
-      seq: 2,
-      state: 'done',
-      answer: { status: 201, marked: true },
-      serverAnchor: null,
-      reportedAt: 1_200,
-    },
-  ]);
-  outbox.close();
-  const after = snapshot(file);
-  t.equal(after.version, '5');
-  t.match(after.table, /server_anchor/);
-  t.same(after.foreignKeyProblems, []);
-  const kept = new DatabaseSync(file);
-  t.same(
-    kept.prepare(`select ${V1_COLUMNS}, marked, attempt_started_at from intents`).all(),
-    before,
-    'every row is as it was, column by column',
-  );
-  kept.close();
-});
-
-void t.test(
-  'a version 3 file written before reported_at gets it, its settled rows reported when they settled',
-  async (t) => {
-    const file = await tempFile(t);
-    const db = new DatabaseSync(file);
-    db.exec('pragma journal_mode = wal');
-    db.exec(
-      V1_SCHEMA.replace(
-        /create table intents \([^;]*\) strict;/,
-        V2_INTENTS.replace(
-          'attempt_started_at integer,',
-          'attempt_started_at integer,\n  server_anchor integer,',
-        ),
-      ).replace("'schema_version', '1'", "'schema_version', '3'"),
-    );
-    db.exec(`insert into intents (key, operation, method, path, body, lanes, created_at, attempts)
-             values ('${KEYS[0] ?? ''}', 'createTransfer', 'POST', '/api/v1/transfers', '${BODY}',
-               '[]', 1_000, 0)`);
-    db.exec(`insert into intents (key, operation, method, path, body, lanes, created_at, state,
-               attempts, status, replayed, marked, answer_headers, answer_body, finished_at)
-             values ('${KEYS[1] ?? ''}', 'createTransfer', 'POST', '/api/v1/transfers', '${BODY}',
-               '[]', 1_100, 'done', 1, 201, 0, 1, '{}', '{"id":"t"}', 1_200)`);
-    db.close();
-    const outbox = Outbox.open(file);
-    const intents = outbox.list();
-    outbox.close();
-    t.equal(intents.length, 2);
-    t.match(intents, [
-      { seq: 1, state: 'pending', reportedAt: null },
-      { seq: 2, state: 'done', reportedAt: 1_200 },
-    ]);
-  },
-);
-
-void t.test(
-  'a version 4 file gains the key lifetime column in place, its rows unchanged, and its intents keep the shortest lifetime they were attempted under',
-  async (t) => {
-    const file = await tempFile(t);
-    const made = Outbox.open(file, { clock: () => 1_000 });
-    const { intent } = made.enqueue({ operation: 'op', method: 'POST', path: '/x', body: {} });
-    made.close();
-    // Back to what version 4 wrote.
-    const v4 = new DatabaseSync(file);
-    v4.exec('alter table intents drop column key_lifetime_ms');
-    v4.exec(`update meta set value = '4' where name = 'schema_version'`);
-    const before = v4.prepare('select * from intents').all();
-    v4.close();
-    const outbox = Outbox.open(file, { clock: () => 2_000 });
-    t.equal(outbox.get(intent.key)?.keyLifetimeMs, null, 'none recorded before');
-    outbox.recordAttempt(intent.seq, 1, 2_000, undefined, 86_400_000);
-    t.equal(outbox.get(intent.key)?.keyLifetimeMs, 86_400_000, 'the first attempt records it');
-    outbox.recordAttempt(intent.seq, 2, 3_000, undefined, 172_800_000);
-    t.equal(outbox.get(intent.key)?.keyLifetimeMs, 86_400_000, 'a longer one later: kept');
-    outbox.recordAttempt(intent.seq, 3, 4_000, undefined, 3_600_000);
-    t.equal(outbox.get(intent.key)?.keyLifetimeMs, 3_600_000, 'a shorter one: taken');
-    outbox.recordAttempt(intent.seq, 4, 5_000);
-    t.equal(outbox.get(intent.key)?.keyLifetimeMs, 3_600_000, 'none known: kept');
-    outbox.close();
-    const after = new DatabaseSync(file, { readOnly: true });
-    t.equal(
-      after.prepare(`select value from meta where name = 'schema_version'`).get()?.['value'],
-      '5',
-    );
-    t.equal(before.length, 1);
-    after.close();
-  },
-);
