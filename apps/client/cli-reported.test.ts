@@ -5,11 +5,38 @@
  * only once its result has left standard output, never on a write error.
  */
 import path from 'node:path';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { EXIT, runCli } from './cli.js';
 import { closedPort, ID_A, ID_B, io, tempDir } from './cli-fixture.js';
 import { transferIntent } from './client.js';
 import { Outbox } from './outbox.js';
+
+/** The command rerun in the refusal tests: the transfer of 5 from A to B. */
+const RERUN = ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '5', '--wait', '0'];
+
+/**
+ * Runs {@link RERUN} on an outbox file, against a port nothing listens on,
+ * and checks it is refused as an equal intent is: exit 3, nothing on
+ * standard output, one line on standard error.
+ *
+ * @returns that line and the environment it ran with.
+ */
+async function refusedRerun(
+  t: Test,
+  file: string,
+): Promise<{ err: string; env: Record<string, string> }> {
+  const env = {
+    CLIENT_OUTBOX: file,
+    CLIENT_BASE_URL: `http://127.0.0.1:${String(await closedPort())}`,
+    CLIENT_TOKEN: 'tok',
+  };
+  const o = io();
+  t.equal(await runCli(RERUN, env, o), EXIT.failed, o.err());
+  t.equal(o.out(), '', 'nothing printed as if this command had stated it');
+  const err = o.err();
+  t.equal(err.split('\n').length, 2, `one line: ${err}`);
+  return { err, env };
+}
 
 void t.test(
   'killed after the answer was recorded, before it was printed: a rerun is refused, --key prints it',
@@ -173,17 +200,7 @@ void t.test(
       now: Date.now(),
     });
     outbox.close();
-    const env = {
-      CLIENT_OUTBOX: file,
-      CLIENT_BASE_URL: `http://127.0.0.1:${String(await closedPort())}`,
-      CLIENT_TOKEN: 'tok',
-    };
-    const argv = ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '5', '--wait', '0'];
-    const o = io();
-    t.equal(await runCli(argv, env, o), EXIT.failed, o.err());
-    t.equal(o.out(), '', 'nothing printed as if this command had stated it');
-    const err = o.err();
-    t.equal(err.split('\n').length, 2, `one line: ${err}`);
+    const { err, env } = await refusedRerun(t, file);
     t.match(err, new RegExp(`^client: .*${intent.key}.*outcome`), 'names the key and the outcome');
     t.match(err, /may have taken effect/, 'says it may have taken effect');
     t.match(err, /do not state it again/, 'says not to state it again');
@@ -200,7 +217,7 @@ void t.test(
     );
     // --key, as the refusal says, prints what it met, sending nothing.
     const byKey = io();
-    t.equal(await runCli([...argv, '--key', intent.key], env, byKey), EXIT.failed, byKey.err());
+    t.equal(await runCli([...RERUN, '--key', intent.key], env, byKey), EXIT.failed, byKey.err());
     t.match(
       byKey.out(),
       new RegExp(
@@ -226,17 +243,7 @@ void t.test(
     outbox.recordAttempt(intent.seq, 1, Date.now());
     outbox.recordExpired(intent.seq, Date.now());
     outbox.close();
-    const env = {
-      CLIENT_OUTBOX: file,
-      CLIENT_BASE_URL: `http://127.0.0.1:${String(await closedPort())}`,
-      CLIENT_TOKEN: 'tok',
-    };
-    const argv = ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '5', '--wait', '0'];
-    const o = io();
-    t.equal(await runCli(argv, env, o), EXIT.failed, o.err());
-    t.equal(o.out(), '', 'nothing printed as if this command had stated it');
-    const err = o.err();
-    t.equal(err.split('\n').length, 2, `one line: ${err}`);
+    const { err } = await refusedRerun(t, file);
     t.match(err, new RegExp(`^client: .*${intent.key}.*expired`), 'names the key and the expiry');
     t.match(err, /may have taken effect/, 'says it may have taken effect');
     t.match(err, /do not state it again/, 'says not to state it again');
@@ -250,10 +257,9 @@ void t.test(
     const stated = unsent.enqueue(transferIntent(body)).intent;
     unsent.recordExpired(stated.seq, Date.now());
     unsent.close();
-    const o2 = io();
-    t.equal(await runCli(argv, { ...env, CLIENT_OUTBOX: file2 }, o2), EXIT.failed, o2.err());
-    t.match(o2.err(), new RegExp(`^client: .*${stated.key}.*never sent`));
-    t.match(o2.err(), /--again states a second one/);
-    t.notMatch(o2.err(), /may have taken effect/);
+    const second = (await refusedRerun(t, file2)).err;
+    t.match(second, new RegExp(`^client: .*${stated.key}.*never sent`));
+    t.match(second, /--again states a second one/);
+    t.notMatch(second, /may have taken effect/);
   },
 );

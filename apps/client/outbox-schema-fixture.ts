@@ -1,7 +1,9 @@
 /**
  * What the outbox's schema tests share: the SQL of the old schema versions
  * as the client of then wrote it, rows to put in them, and a snapshot of a
- * file's rows, version and indexes read with node:sqlite directly.
+ * file's rows, version and indexes read with node:sqlite directly
+ * (outbox-schema.test.ts, outbox-schema-later.test.ts,
+ * outbox-unmarked.test.ts).
  */
 import fs from 'node:fs/promises';
 import os from 'node:os';
@@ -122,3 +124,39 @@ export function snapshot(file: string): Snapshot {
     db.close();
   }
 }
+
+/** The schema of version 3, as the client wrote it before version 4. */
+export const V3_SCHEMA = `
+create table meta (name text primary key, value text not null) strict;
+create table intents (
+  seq integer primary key autoincrement,
+  key text not null unique,
+  operation text not null,
+  method text not null,
+  path text not null,
+  body text,
+  lanes text not null,
+  created_at integer not null,
+  state text not null default 'pending' check (state in ('pending', 'done', 'failed')),
+  failure text check (failure in ('key_reuse', 'expired', 'unexpected_answer', 'outcome_unknown')),
+  attempts integer not null default 0,
+  next_attempt_at integer not null default 0,
+  attempt_started_at integer,
+  server_anchor integer,
+  reported_at integer,
+  last_error text,
+  status integer,
+  replayed integer,
+  marked integer check (marked in (0, 1)),
+  answer_headers text,
+  answer_body text,
+  finished_at integer
+) strict;
+create index intents_pending on intents (seq) where state = 'pending';
+create table intent_lanes (
+  lane text not null,
+  seq integer not null references intents (seq),
+  primary key (lane, seq)
+) strict, without rowid;
+insert into meta (name, value) values ('schema_version', '3');
+`;

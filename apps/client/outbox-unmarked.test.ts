@@ -7,66 +7,15 @@
  * real HTTP server on 127.0.0.1.
  */
 import { once } from 'node:events';
-import fs from 'node:fs/promises';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { Outbox } from './outbox.js';
+import { BODY, KEYS, V3_SCHEMA, tempFile } from './outbox-schema-fixture.js';
 import { Sender } from './sender.js';
 
 const START = Date.parse('2026-06-01T10:00:00Z');
-const BODY = '{"amount":5,"from_account_id":"a","to_account_id":"b"}';
-const KEYS = [
-  '0190f2a4-1b2c-7d3e-8f40-000000000001',
-  '0190f2a4-1b2c-7d3e-8f40-000000000002',
-  '0190f2a4-1b2c-7d3e-8f40-000000000003',
-];
-
-/** The schema of version 3, as the client wrote it before version 4. */
-const V3_SCHEMA = `
-create table meta (name text primary key, value text not null) strict;
-create table intents (
-  seq integer primary key autoincrement,
-  key text not null unique,
-  operation text not null,
-  method text not null,
-  path text not null,
-  body text,
-  lanes text not null,
-  created_at integer not null,
-  state text not null default 'pending' check (state in ('pending', 'done', 'failed')),
-  failure text check (failure in ('key_reuse', 'expired', 'unexpected_answer', 'outcome_unknown')),
-  attempts integer not null default 0,
-  next_attempt_at integer not null default 0,
-  attempt_started_at integer,
-  server_anchor integer,
-  reported_at integer,
-  last_error text,
-  status integer,
-  replayed integer,
-  marked integer check (marked in (0, 1)),
-  answer_headers text,
-  answer_body text,
-  finished_at integer
-) strict;
-create index intents_pending on intents (seq) where state = 'pending';
-create table intent_lanes (
-  lane text not null,
-  seq integer not null references intents (seq),
-  primary key (lane, seq)
-) strict, without rowid;
-insert into meta (name, value) values ('schema_version', '3');
-`;
-
-async function tempFile(t: Test): Promise<string> {
-  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'client-unmarked-'));
-  t.teardown(() => fs.rm(dir, { recursive: true, force: true }));
-  return path.join(dir, 'outbox.sqlite');
-}
-
 void t.test('a version 3 file upgrades: an unmarked last answer becomes a column', async (t) => {
   const file = await tempFile(t);
   const db = new DatabaseSync(file);
