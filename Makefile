@@ -56,6 +56,8 @@ build: install $(BUILD_RECORD) ## compile TypeScript to dist/ when a source chan
 $(BUILD_RECORD): $(BUILD_INPUTS) $(BUILD_FORCE) | $(STAMP)
 	next="dist.next.$$$$"; old="dist.old.$$$$"; started="$$(mktemp)"; rm -rf "$$next"; \
 	  $(NODE_BIN)/tsc -p tsconfig.build.json --outDir "$$next"; \
+	  $(NODE_BIN)/esbuild apps/client/main.ts --bundle --platform=node --format=esm --target=node24 \
+	    --allow-overwrite --outfile="$$next/apps/client/main.js" --log-level=warning; \
 	  printf '%s\n' $(BUILD_INPUTS) > "$$next/.build-inputs"; touch -r "$$started" "$$next/.build-inputs"; rm -f "$$started"; \
 	  if [ -e dist ]; then mv dist "$$old"; fi; mv "$$next" dist; rm -rf "$$old"
 

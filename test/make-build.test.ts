@@ -4,17 +4,26 @@
  * Makefile and TypeScript settings, copied with their times into a
  * temporary tree with one small source file, and the real compiler (the
  * checkout's node_modules, linked). An unchanged tree does not compile; a
- * changed, added or removed source does.
+ * changed, added or removed source does. The client's entry point is
+ * built as one file, its own imports inside it, and a build whose bundling
+ * fails fails.
  */
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import t from 'tap';
+import t, { type Test } from 'tap';
 
 const root = path.resolve(import.meta.dirname, '..');
 
-void t.test('make build compiles only when an input changed', async (t) => {
+/**
+ * A temporary tree with the project's Makefile and settings (with their
+ * times), the node runtime script, the checkout's node_modules and runtime
+ * linked, and the empty source folders; removed when the test ends.
+ *
+ * @returns its path.
+ */
+async function scratchTree(t: Test): Promise<string> {
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'make-build-'));
   t.teardown(() => fs.rm(dir, { recursive: true, force: true }));
   for (const f of [
@@ -35,10 +44,24 @@ void t.test('make build compiles only when an input changed', async (t) => {
   if (await fs.stat(path.join(root, '.runtime')).catch(() => undefined)) {
     await fs.symlink(path.join(root, '.runtime'), path.join(dir, '.runtime'));
   }
-  for (const d of ['apps', 'kernel', 'platform', 'modules']) {
-    await fs.mkdir(path.join(dir, d));
+  for (const d of ['apps/client', 'kernel', 'platform', 'modules']) {
+    await fs.mkdir(path.join(dir, d), { recursive: true });
   }
+  return dir;
+}
+
+void t.test('make build compiles only when an input changed', async (t) => {
+  const dir = await scratchTree(t);
   await fs.writeFile(path.join(dir, 'apps/a.ts'), 'export const a: number = 1;\n');
+  // The client's entry point and a module of its own.
+  await fs.writeFile(
+    path.join(dir, 'apps/client/main.ts'),
+    "import { part } from './part.js';\nprocess.stdout.write(part);\n",
+  );
+  await fs.writeFile(
+    path.join(dir, 'apps/client/part.ts'),
+    "export const part: string = 'one file';\n",
+  );
   // The install step's stamp, newer than package.json: nothing is installed.
   const stamp = path.join(dir, 'install-stamp');
   await fs.writeFile(stamp, '');
@@ -59,6 +82,15 @@ void t.test('make build compiles only when an input changed', async (t) => {
 
   t.ok(make().compiled, 'the first build compiles');
   t.ok(await fs.stat(path.join(dir, 'dist/apps/a.js')), 'into dist/');
+  // A command line loads one file, not one per module (docs/DECISIONS.md,
+  // "The command line is one file").
+  const main = await fs.readFile(path.join(dir, 'dist/apps/client/main.js'), 'utf8');
+  t.notMatch(main, /from ['"]\.\/part\.js['"]/, 'the entry point imports no module of its own');
+  t.match(main, /one file/, 'it holds them');
+  const run = spawnSync(process.execPath, [path.join(dir, 'dist/apps/client/main.js')], {
+    encoding: 'utf8',
+  });
+  t.equal(run.stdout, 'one file', 'and runs');
   const second = make();
   t.notOk(second.compiled, `an unchanged tree is not compiled again: ${second.out}`);
 
@@ -86,4 +118,31 @@ void t.test('make build compiles only when an input changed', async (t) => {
   await touch('package.json');
   await fs.utimes(stamp, new Date(Date.now() + 1000), new Date(Date.now() + 1000));
   t.ok(make().compiled, 'a changed package.json compiles');
+});
+
+void t.test('a build whose bundling fails fails, and keeps the last good dist/', async (t) => {
+  const dir = await scratchTree(t);
+  await fs.writeFile(path.join(dir, 'apps/client/main.ts'), "process.stdout.write('good');\n");
+  const stamp = path.join(dir, 'install-stamp');
+  await fs.writeFile(stamp, '');
+  const make = () =>
+    spawnSync('make', ['build', `STAMP=${stamp}`], {
+      cwd: dir,
+      encoding: 'utf8',
+      env: { ...process.env, MAKEFLAGS: '' },
+    });
+  t.equal(make().status, 0, 'a good tree builds');
+  // A side-effect import of a module that is not there: the compiler
+  // accepts it (it does not check such imports), the bundler cannot.
+  await fs.writeFile(path.join(dir, 'apps/client/main.ts'), "import './missing.js';\n");
+  const failed = make();
+  t.not(failed.status, 0, `the build fails: ${failed.stdout}${failed.stderr}`);
+  t.equal(
+    await fs
+      .readFile(path.join(dir, 'dist/apps/client/main.js'), 'utf8')
+      .then((m) => /good/.test(m)),
+    true,
+    'dist/ is the last good build',
+  );
+  t.not(make().status, 0, 'and fails again: a failed build is not recorded as done');
 });
