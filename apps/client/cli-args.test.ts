@@ -94,6 +94,11 @@ void t.test('each bad flag or variable is refused in one line naming it', (t) =>
       env,
       /^--base-url must be an http or https origin/,
     ],
+    [
+      [...transfer, '--base-url', 'http://user:pw@h'],
+      env,
+      /^--base-url must not carry a user name or password/,
+    ],
     [transfer, { ...env, CLIENT_KEY_TTL: '24 hours' }, /^CLIENT_KEY_TTL must be a duration/],
     [[...transfer, '--key-ttl', '0s'], env, /^--key-ttl must be a duration of at least 1ms/],
     [

@@ -296,7 +296,13 @@ function sendSettings(
       `${baseUrl.name} must be an http or https origin without path, query or fragment, got "${baseUrl.text}"`,
     );
   }
-  const refused = badPort(new URL(baseUrl.text));
+  const parsed = new URL(baseUrl.text);
+  if (parsed.username !== '' || parsed.password !== '') {
+    throw new UsageError(
+      `${baseUrl.name} must not carry a user name or password (the token is the credential), got an origin with them`,
+    );
+  }
+  const refused = badPort(parsed);
   if (refused !== undefined) {
     throw new UsageError(
       `${baseUrl.name} is on port ${String(refused)}, one fetch refuses to connect to (a bad port of the Fetch standard), got "${baseUrl.text}": use another port`,

@@ -29,6 +29,7 @@ import {
 import {
   EqualIntentError,
   mayHaveTakenEffect,
+  unknownOutcomeText,
   LedgerClient,
   accountIntent,
   intentVerdict,
@@ -256,15 +257,10 @@ function equalMessage(equal: Intent): string {
   }
   if (mayHaveTakenEffect(equal)) {
     // The money may have moved: the way on is a check, not a second one.
-    const why =
-      equal.failure === 'expired'
-        ? `its key expired after ${equal.attempts === 1 ? 'an attempt' : `${String(equal.attempts)} attempts`} (failed expired), so its outcome is unknown`
-        : 'its outcome is unknown (failed outcome_unknown)';
+    // An expired key with no attempt counted here may have been sent all
+    // the same (a key given with --key, a restored outbox).
+    const why = `its outcome is unknown (${unknownOutcomeText(equal)})`;
     return `a ${equal.operation} equal to this one was stated under key ${equal.key} and ${why}, its result never printed: an attempt may have taken effect, so do not state it again: ${checkAdvice(equal)}; the same command with --key ${equal.key} prints what it met, sending nothing; only once the check shows it did not take effect, --again states a new one`;
-  }
-  if (equal.failure === 'expired') {
-    // Expired before its first attempt: nothing left the process.
-    return `a ${equal.operation} equal to this one was stated under key ${equal.key} and is failed (expired), never sent: its key grew too old before it was sent, so nothing took effect; the same command with --key ${equal.key} prints it, sending nothing; --again states a second one`;
   }
   // Settled by a drain, a library caller or a command killed before it
   // printed: its answer is not this command's to print, nor its exit 0.

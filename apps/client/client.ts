@@ -29,10 +29,8 @@ export class EqualIntentError extends Error {
     super(
       mayHaveTakenEffect(intent)
         ? // The request may have taken effect: a second one could do it twice.
-          `a ${intent.operation} equal to this one was stated under key ${intent.key} and its outcome is unknown (${failureText(intent)}), its result never reported: an attempt may have taken effect, so do not state it again: check whether it took effect (read what ${intent.method} ${intent.path} writes), and read what it met with that key; state with again only once the check shows it did not`
-        : intent.failure === 'expired'
-          ? `a ${intent.operation} equal to this one was stated under key ${intent.key} and is failed (expired), never sent, its result never reported: nothing was sent under that key, so state with again to mean a second one`
-          : `a ${intent.operation} equal to this one was stated under key ${intent.key} and is ${intent.state}${intent.failure === null ? '' : ` (${intent.failure})`}, its result never reported: deliver it with that key, or state with again to mean a second one`,
+          `a ${intent.operation} equal to this one was stated under key ${intent.key} and its outcome is unknown (${unknownOutcomeText(intent)}), its result never reported: an attempt may have taken effect, so do not state it again: check whether it took effect (read what ${intent.method} ${intent.path} writes), and read what it met with that key; state with again only once the check shows it did not`
+        : `a ${intent.operation} equal to this one was stated under key ${intent.key} and is ${intent.state}${intent.failure === null ? '' : ` (${intent.failure})`}, its result never reported: deliver it with that key, or state with again to mean a second one`,
     );
   }
 }
@@ -40,24 +38,35 @@ export class EqualIntentError extends Error {
 /**
  * Whether a failed intent may have taken effect on the server: its outcome
  * is unknown (an attempt may have reached the server and no answer says
- * what happened), or its key grew too old to repeat after an attempt was
- * sent, which leaves the outcome just as unknown. Such an intent must be
- * checked, never stated again as the way on.
+ * what happened), or its key grew too old to repeat, which leaves what any
+ * attempt did just as unknown. An expired intent with no attempt counted
+ * here may still have been sent: a key the caller gave (sent before by a
+ * program of its own), or a restored copy of the outbox. Such an intent
+ * must be checked, never stated again as the way on.
  *
  * @param intent the intent as it stands.
- * @returns true for `outcome_unknown`, and for `expired` after an attempt.
+ * @returns true for `outcome_unknown` and for `expired`.
  */
-export function mayHaveTakenEffect(intent: Pick<Intent, 'failure' | 'attempts'>): boolean {
-  return (
-    intent.failure === 'outcome_unknown' || (intent.failure === 'expired' && intent.attempts > 0)
-  );
+export function mayHaveTakenEffect(intent: Pick<Intent, 'failure'>): boolean {
+  return intent.failure === 'outcome_unknown' || intent.failure === 'expired';
 }
 
-/** `failed outcome_unknown`, or `failed expired after an attempt`. */
-function failureText(intent: Pick<Intent, 'failure' | 'attempts'>): string {
-  return intent.failure === 'expired'
-    ? `failed expired after ${intent.attempts === 1 ? 'an attempt' : `${String(intent.attempts)} attempts`}`
-    : `failed ${String(intent.failure)}`;
+/**
+ * Why an intent's outcome is unknown, in words for a message.
+ *
+ * @param intent an intent {@link mayHaveTakenEffect} holds true of.
+ * @returns `failed outcome_unknown`, or `failed expired` with the attempts
+ *   counted, e.g. `failed expired, after an attempt`.
+ */
+export function unknownOutcomeText(intent: Pick<Intent, 'failure' | 'attempts'>): string {
+  if (intent.failure !== 'expired') return `failed ${String(intent.failure)}`;
+  const counted =
+    intent.attempts === 0
+      ? 'no attempt counted here'
+      : intent.attempts === 1
+        ? 'after an attempt'
+        : `after ${String(intent.attempts)} attempts`;
+  return `failed expired, ${counted}`;
 }
 
 /** Options of stating an intent through {@link LedgerClient}. */

@@ -139,8 +139,9 @@ export async function attempt(
   // makes this one the second in a row.
   const previousUnmarked = intent.unmarkedAnswer;
   // Any attempt counted before this one may have reached the server (its
-  // bytes may have left), whatever it met after.
-  const mayHaveReached = intent.attempts > 0;
+  // bytes may have left), whatever it met after; so may one whose start
+  // is kept with none counted (a version 1 outbox's attempt cut off).
+  const mayHaveReached = intent.attempts > 0 || intent.attemptStartedAt !== null;
   const cls = classifyAnswer({ ...answer, previousUnmarked, mayHaveReached }, now);
   const final = (state: 'done' | 'failed', failure: FailureReason | null, note?: string): void => {
     outbox.recordFinal(intent.seq, {

@@ -12,6 +12,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
 import t, { type Test } from 'tap';
 import { EXIT } from './cli.js';
 import { resultLine } from './cli-output.js';
@@ -27,7 +28,12 @@ type History =
   /** A process died during an attempt (counted, never ended). */
   | 'crash'
   /** The first attempt of this drain loses its connection before the answer. */
-  | 'lost';
+  | 'lost'
+  /**
+   * A version 1 outbox's attempt cut off: the migration keeps its start
+   * (`attempt_started_at`) with no attempt counted.
+   */
+  | 'migrated';
 
 /** Where the intent ends. */
 type End =
@@ -154,7 +160,8 @@ async function runRow(t: Test, row: Row, history: History): Promise<void> {
   });
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'client-outcomes-'));
   const clock = { now: START };
-  const outbox = Outbox.open(path.join(dir, 'outbox.sqlite'), { clock: () => clock.now });
+  const file = path.join(dir, 'outbox.sqlite');
+  let outbox = Outbox.open(file, { clock: () => clock.now });
   t.teardown(async () => {
     outbox.close();
     await fs.rm(dir, { recursive: true, force: true });
@@ -166,6 +173,13 @@ async function runRow(t: Test, row: Row, history: History): Promise<void> {
     body: { from_account_id: 'a', to_account_id: 'b', amount: 1 },
   });
   if (history === 'crash') outbox.recordAttempt(intent.seq, 1, START);
+  if (history === 'migrated') {
+    outbox.close();
+    const db = new DatabaseSync(file);
+    db.prepare('update intents set attempt_started_at = ? where seq = ?').run(START, intent.seq);
+    db.close();
+    outbox = Outbox.open(file, { clock: () => clock.now });
+  }
   const sender = new Sender({
     outbox,
     baseUrl: srv.base,
@@ -204,9 +218,9 @@ async function runRow(t: Test, row: Row, history: History): Promise<void> {
   }
 }
 
-for (const history of ['none', 'crash', 'lost'] as const) {
+for (const history of ['none', 'crash', 'lost', 'migrated'] as const) {
   void t.test(
-    `after ${history === 'none' ? 'no attempt' : `an attempt ${history === 'crash' ? 'cut off by a crash' : 'whose connection was lost'}`}`,
+    `after ${history === 'none' ? 'no attempt' : history === 'migrated' ? 'a version 1 attempt cut off, none counted' : `an attempt ${history === 'crash' ? 'cut off by a crash' : 'whose connection was lost'}`}`,
     async (t) => {
       for (const row of rows) {
         await t.test(

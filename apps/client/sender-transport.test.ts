@@ -6,7 +6,7 @@
  * sender-answers.test.ts.
  */
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
 import { MAX_BODY_BYTES, Transport, describeError } from './sender-transport.js';
 
@@ -196,3 +196,105 @@ void t.test('a refused connection names its code', async (t) => {
   t.match(describeError(err, 2_000), /^ECONNREFUSED: connect ECONNREFUSED 127\.0\.0\.1:/);
   transport.close();
 });
+
+/** A raw TCP server that answers every request with the bytes given. */
+async function rawServer(t: Test, answer: string): Promise<string> {
+  const server = net.createServer((socket) => {
+    socket.on('error', () => undefined);
+    socket.once('data', () => {
+      socket.write(answer);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(
+    () =>
+      new Promise<void>((resolve) => {
+        server.close(() => {
+          resolve();
+        });
+      }),
+  );
+  return `http://127.0.0.1:${String((server.address() as AddressInfo).port)}`;
+}
+
+void t.test(
+  'a 101 to a request that asked for no upgrade is a lost connection, at once',
+  async (t) => {
+    // node:http calls no answer callback for a 101 and emits no error: the
+    // request only closes, and without a listener for that it would wait for
+    // its time limit (a short program's event loop would empty first).
+    const base = await rawServer(
+      t,
+      'HTTP/1.1 101 Switching Protocols\r\nUpgrade: foo\r\nConnection: Upgrade\r\n\r\n',
+    );
+    const transport = new Transport(base, 'tok', 30_000);
+    const started = performance.now();
+    const err = await transport.request('POST', '/x', '{}', 'k', never).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    t.match(describeError(err, 30_000), /^connection lost: /);
+    t.ok(performance.now() - started < 10_000, 'before the time limit');
+    transport.close();
+  },
+);
+
+void t.test('a complete answer followed by stray bytes is kept', async (t) => {
+  // A gateway that sends more than its Content-Length: the answer was
+  // complete when the parser met the rest.
+  const base = await rawServer(
+    t,
+    'HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nIdempotent-Replay: false\r\nContent-Length: 2\r\n\r\n{}garbage after the body',
+  );
+  const transport = new Transport(base, 'tok', 5_000);
+  const answer = await transport.request('POST', '/x', '{}', 'k', never);
+  t.equal(answer.status, 201);
+  t.equal(answer.body, '{}');
+  t.equal(answer.marked, true);
+  transport.close();
+});
+
+void t.test('an origin with a user name or password is refused, nothing sent', (t) => {
+  t.throws(() => new Transport('http://user:pw@127.0.0.1:3000', 'tok', 1_000), {
+    name: 'RangeError',
+    message: /user name or password/,
+  });
+  t.throws(() => new Transport('http://user@127.0.0.1:3000', 'tok', 1_000), RangeError);
+  t.end();
+});
+
+void t.test('an error is told in one line', (t) => {
+  const err = Object.assign(new Error('SSL routines:\nwrong version number\r\n'), {
+    code: 'EPROTO',
+  });
+  t.equal(describeError(err, 1_000), 'EPROTO: SSL routines: wrong version number');
+  t.end();
+});
+
+void t.test(
+  'with NODE_USE_ENV_PROXY=1 requests go through HTTP_PROXY, as fetch sends them',
+  async (t) => {
+    const seen: string[] = [];
+    const proxy = await serve(t, (req, res) => {
+      seen.push(req.url ?? '');
+      res.end('through the proxy');
+    });
+    const saved = { use: process.env['NODE_USE_ENV_PROXY'], proxy: process.env['HTTP_PROXY'] };
+    t.teardown(() => {
+      for (const [name, value] of [
+        ['NODE_USE_ENV_PROXY', saved.use],
+        ['HTTP_PROXY', saved.proxy],
+      ] as const) {
+        if (value === undefined) Reflect.deleteProperty(process.env, name);
+        else process.env[name] = value;
+      }
+    });
+    process.env['NODE_USE_ENV_PROXY'] = '1';
+    process.env['HTTP_PROXY'] = proxy.base;
+    const transport = new Transport('http://origin.invalid:8080', 'tok', 5_000);
+    const answer = await transport.request('GET', '/x', null, undefined, never);
+    t.equal(answer.body, 'through the proxy');
+    t.same(seen, ['http://origin.invalid:8080/x'], 'the proxy was asked for the origin');
+    transport.close();
+  },
+);

@@ -10,17 +10,19 @@
  * fetch's whole HTTP stack (about 50 ms for a command that sends two
  * requests); see docs/DECISIONS.md, "The client sends with node:http".
  */
-import type { Agent, ClientRequest, IncomingMessage, RequestOptions } from 'node:http';
+import type {
+  Agent,
+  AgentOptions,
+  ClientRequest,
+  IncomingMessage,
+  RequestOptions,
+} from 'node:http';
 import { OutboxCorruptError, type RecordedAnswer } from './outbox.js';
 import { parseHttpDate } from './retry.js';
 
 /** `http` and `https` share what the transport uses of them. */
 interface HttpModule {
-  readonly Agent: new (options: {
-    keepAlive: boolean;
-    scheduling: 'lifo';
-    timeout: number;
-  }) => Agent;
+  readonly Agent: new (options: AgentOptions) => Agent;
   request(
     url: URL,
     options: RequestOptions,
@@ -86,7 +88,10 @@ export function describeError(err: unknown, timeoutMs: number): string {
     return `timeout after ${String(timeoutMs)}ms`;
   }
   const { code, message } = err as { code?: unknown; message?: unknown };
-  const text = typeof message === 'string' ? message : String(err);
+  // One line: TLS errors, for one, carry OpenSSL's line breaks.
+  const text = (typeof message === 'string' ? message : String(err))
+    .replace(/\s*[\r\n]+\s*/g, ' ')
+    .trim();
   // A reset, a write to a closed socket, or a close before the answer
   // ended (`socket hang up` before its headers, `aborted` after them):
   // Node.js gives each the code ECONNRESET or EPIPE.
@@ -133,11 +138,21 @@ interface RawAnswer {
   readonly oversize: boolean;
 }
 
-/** One header's value as one text: repeated values joined by `, `, as fetch reads them. */
+/**
+ * One header's value as one text. Node.js keeps the first of repeated
+ * `location`, `etag`, `content-type` and `retry-after` values (fetch joined
+ * them) and joins the others with `, `, as fetch does: a repeated
+ * `Idempotent-Replay` reads `true, true`, which is no marker.
+ */
 function header(headers: IncomingMessage['headers'], name: string): string | null {
   const value = headers[name];
   if (value === undefined) return null;
   return Array.isArray(value) ? value.join(', ') : value;
+}
+
+/** A connection that ended without a usable answer, coded as a reset is. */
+function lostConnection(message: string): Error {
+  return Object.assign(new Error(message), { code: 'ECONNRESET' });
 }
 
 /**
@@ -157,13 +172,26 @@ function exchange(
 ): Promise<RawAnswer> {
   return new Promise((resolve, reject) => {
     let settled = false;
+    // The answer as read so far, once its headers came.
+    let answer: IncomingMessage | undefined;
+    const chunks: Buffer[] = [];
     const settle = (fn: () => void): void => {
       if (settled) return;
       settled = true;
       signal.removeEventListener('abort', onAbort);
       fn();
     };
+    const read = (res: IncomingMessage): RawAnswer => ({
+      status: res.statusCode ?? 0,
+      headers: res.headers,
+      text: Buffer.concat(chunks).toString('utf8'),
+      oversize: false,
+    });
     const fail = (err: Error): void => {
+      // A complete answer, then bytes the parser refused (a gateway that
+      // sent more than its Content-Length): the parser errs first, and the
+      // answer's body and end are still to be emitted; the end settles it.
+      if (answer?.complete === true) return;
       settle(() => {
         req.destroy();
         reject(err);
@@ -178,18 +206,18 @@ function exchange(
       reject(signal.reason as Error);
       return;
     }
-    const req = http.request(url, options, (answer) => {
-      const chunks: Buffer[] = [];
+    const req = http.request(url, options, (res) => {
+      answer = res;
       let size = 0;
-      answer.on('data', (chunk: Buffer) => {
+      res.on('data', (chunk: Buffer) => {
         size += chunk.byteLength;
         if (size > MAX_BODY_BYTES) {
           settle(() => {
-            answer.destroy();
+            res.destroy();
             req.destroy();
             resolve({
-              status: answer.statusCode ?? 0,
-              headers: answer.headers,
+              status: res.statusCode ?? 0,
+              headers: res.headers,
               text: '',
               oversize: true,
             });
@@ -198,20 +226,36 @@ function exchange(
         }
         chunks.push(chunk);
       });
-      answer.once('end', () => {
+      res.once('end', () => {
         settle(() => {
-          resolve({
-            status: answer.statusCode ?? 0,
-            headers: answer.headers,
-            text: Buffer.concat(chunks).toString('utf8'),
-            oversize: false,
-          });
+          resolve(read(res));
         });
       });
       // A connection lost mid-body: Node.js errors the answer (`aborted`).
-      answer.on('error', fail);
+      res.on('error', fail);
     });
     req.on('error', fail);
+    // A 101 to a request that asked for no upgrade: node:http hands the
+    // socket to an upgrade listener or, with none, closes it and emits no
+    // error, so the request would wait for its time limit.
+    req.once('upgrade', (_res: IncomingMessage, socket: { destroy(): void }) => {
+      socket.destroy();
+      fail(
+        lostConnection(
+          'the server switched protocols (101) on a request that asked for no upgrade',
+        ),
+      );
+    });
+    // Whatever else closes the request before an answer settled it: after
+    // the answer's own events of this turn, so an answer that ended wins.
+    req.once('close', () => {
+      setImmediate(() => {
+        settle(() => {
+          if (answer?.complete === true) resolve(read(answer));
+          else reject(lostConnection('the connection closed before an answer'));
+        });
+      });
+    });
     signal.addEventListener('abort', onAbort, { once: true });
     req.end(body ?? undefined);
   });
@@ -251,6 +295,13 @@ export class Transport {
     ) {
       throw new RangeError(
         `baseUrl must be an http or https origin without path, query or fragment, got "${baseUrl}"`,
+      );
+    }
+    // fetch refuses them too; the token is the credential, and a password
+    // in a URL ends up in logs and process lists.
+    if (origin.username !== '' || origin.password !== '') {
+      throw new RangeError(
+        'baseUrl must not carry a user name or password; the token is the credential',
       );
     }
     const refused = badPort(origin);
@@ -314,7 +365,14 @@ export class Transport {
     if (key !== undefined) headers['idempotency-key'] = key;
     // The same keep-alive agent as Node.js's global one, of this transport
     // alone: the requests of a drain share its connections.
-    this.agent ??= new this.http.Agent({ keepAlive: true, scheduling: 'lifo', timeout: 5_000 });
+    // NODE_USE_ENV_PROXY=1 sends through HTTP_PROXY / HTTPS_PROXY (NO_PROXY
+    // aside), as Node.js's global agent and its fetch do.
+    this.agent ??= new this.http.Agent({
+      keepAlive: true,
+      scheduling: 'lifo',
+      timeout: 5_000,
+      ...(process.env['NODE_USE_ENV_PROXY'] === '1' ? { proxyEnv: process.env } : {}),
+    });
     const res = await exchange(
       this.http,
       url,
