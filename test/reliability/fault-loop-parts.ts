@@ -142,6 +142,27 @@ export async function within<T>(p: Promise<T>, ms: number): Promise<T | 'timeout
 export interface Lane {
   readonly k: TestApp;
   readonly forwarder: Forwarder;
+  /**
+   * An administrator's pool on the lane's database: it sees every role's
+   * sessions in pg_stat_activity, where another role's `state` and
+   * `xact_start` read as null to a role that is not a member of it.
+   */
+  readonly admin: postgres.Sql;
+}
+
+/**
+ * The application role's sessions that are in a transaction, as an
+ * administrator sees them.
+ *
+ * @param lane the lane whose database is read.
+ * @returns each one's state and the age of its transaction in seconds.
+ */
+export function openTransactions(lane: Lane): Promise<{ state: string; age: number }[]> {
+  return lane.admin<{ state: string; age: number }[]>`
+    select state, extract(epoch from now() - xact_start)::float8 as age
+      from pg_stat_activity
+     where datname = current_database() and usename = ${lane.k.tdb.state.app.name}
+       and xact_start is not null and pid <> pg_backend_pid()`;
 }
 
 /** A lane's forwarder, the application on it, an administrator's pool. */
@@ -186,5 +207,5 @@ export async function startLane(t: Test): Promise<Lane> {
   const adminSql = postgres(k.tdb.adminUrl, { max: 2, onnotice: () => undefined });
   admin.sql = adminSql;
   t.teardown(() => adminSql.end({ timeout: 1 }));
-  return { k, forwarder };
+  return { k, forwarder, admin: adminSql };
 }

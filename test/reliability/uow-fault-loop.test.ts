@@ -40,6 +40,7 @@ import {
   POOL_WAYS,
   UNKNOWN,
   ended,
+  openTransactions,
   startLane,
   within,
   type Lane,
@@ -91,8 +92,17 @@ async function runLane(
 }
 
 /** A lane's rounds, on its started application. */
-async function loop(t: Test, lane: number, run: Run, { k, forwarder }: Lane): Promise<void> {
+async function loop(t: Test, lane: number, run: Run, made: Lane): Promise<void> {
+  const { k, forwarder } = made;
   const { seed, share, fail, failures, unhandled, tally } = run;
+  // The check for sessions left in a transaction can fail: one held open
+  // by the application role is seen by it.
+  await k.tdb.app.begin(async (tx) => {
+    await tx`select 1`;
+    if ((await openTransactions(made)).length === 0) {
+      fail(`lane ${String(lane)}: a transaction held open by the application role is not seen`);
+    }
+  });
   // Lane 0 draws what a single loop of this seed would.
   const random = randomSequence(seed + Math.imul(lane, 0x9e3779b9));
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(random() * xs.length)] as T;
@@ -155,11 +165,7 @@ async function loop(t: Test, lane: number, run: Run, { k, forwarder }: Lane): Pr
     const deadline = performance.now() + BOUND_MS;
     let open: { state: string; age: number }[] = [];
     for (;;) {
-      open = await k.tdb.owner<{ state: string; age: number }[]>`
-        select state, extract(epoch from now() - xact_start)::float8 as age
-          from pg_stat_activity
-         where datname = current_database() and usename = ${k.tdb.state.app.name}
-           and xact_start is not null and pid <> pg_backend_pid()`;
+      open = await openTransactions(made);
       if (open.length === 0 || performance.now() > deadline) break;
       await new Promise((r) => setTimeout(r, 50));
     }
