@@ -11,7 +11,7 @@ import {
   type SendSettings,
 } from './cli-command.js';
 import { checkKey } from './outbox.js';
-import { badPort } from './sender-transport.js';
+import { badPort } from './sender-origin.js';
 
 // A built-in through process.getBuiltinModule, not an ES import: the import
 // reads every export of the module, lazy ones included, which costs the

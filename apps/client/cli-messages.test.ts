@@ -17,7 +17,7 @@ import t, { type Test } from 'tap';
 import { startTestApp } from '../../test/harness/app.js';
 import { EXIT, runCli } from './cli.js';
 import { Outbox } from './outbox.js';
-import { BAD_PORTS } from './sender-transport.js';
+import { BAD_PORTS } from './sender-origin.js';
 
 const root = path.resolve(import.meta.dirname, '../..');
 const A = '0190f2a4-1b2c-7d3e-8f40-000000000001';

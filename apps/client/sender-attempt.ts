@@ -7,13 +7,8 @@
 import { keyTime, type FailureReason, type Intent } from './outbox.js';
 import { backoffDelay, classifyAnswer } from './retry.js';
 import type { DrainState, ServerClock } from './sender-clock.js';
-import {
-  OVERSIZE_NOTE,
-  answerLine,
-  describeError,
-  type Transport,
-  type WireAnswer,
-} from './sender-transport.js';
+import { answerLine, describeError } from './sender-lines.js';
+import { OVERSIZE_NOTE, type Transport, type WireAnswer } from './sender-transport.js';
 import type { SendEvent, SenderOptions } from './sender-types.js';
 
 /** What an attempt uses of its sender. */

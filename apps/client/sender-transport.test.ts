@@ -8,7 +8,8 @@
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
-import { MAX_BODY_BYTES, Transport, describeError } from './sender-transport.js';
+import { describeError } from './sender-lines.js';
+import { MAX_BODY_BYTES, Transport } from './sender-transport.js';
 
 type Handler = (req: http.IncomingMessage, res: http.ServerResponse) => void;
 

@@ -19,6 +19,8 @@ import type {
 } from 'node:http';
 import { OutboxCorruptError, type RecordedAnswer } from './outbox.js';
 import { parseHttpDate } from './retry.js';
+import { problemCode } from './sender-lines.js';
+import { parseOrigin } from './sender-origin.js';
 
 /** `http` and `https` share what the transport uses of them. */
 interface HttpModule {
@@ -74,61 +76,6 @@ export const OVERSIZE_NOTE = `the answer body is over ${String(MAX_BODY_BYTES)} 
 
 /** The headers an answer is recorded with. */
 const KEPT_HEADERS = ['location', 'etag', 'content-type', 'correlation-id'];
-
-/**
- * What a failed request met, in one line: a timeout, a lost connection, or
- * the network error's code and text.
- *
- * @param err what the request was rejected with.
- * @param timeoutMs the attempt's limit, for a timeout's message.
- * @returns the line.
- */
-export function describeError(err: unknown, timeoutMs: number): string {
-  if (err instanceof Error && err.name === 'TimeoutError') {
-    return `timeout after ${String(timeoutMs)}ms`;
-  }
-  const { code, message } = err as { code?: unknown; message?: unknown };
-  // One line: TLS errors, for one, carry OpenSSL's line breaks.
-  const text = (typeof message === 'string' ? message : String(err))
-    .replace(/\s*[\r\n]+\s*/g, ' ')
-    .trim();
-  // A reset, a write to a closed socket, or a close before the answer
-  // ended (`socket hang up` before its headers, `aborted` after them):
-  // Node.js gives each the code ECONNRESET or EPIPE.
-  if (code === 'ECONNRESET' || code === 'EPIPE') {
-    return `connection lost: ${text}`;
-  }
-  return typeof code === 'string' ? `${code}: ${text}` : text;
-}
-
-/**
- * The principal's id in an answer of `GET /api/v1/me`.
- *
- * @param body the answer's text.
- * @returns the id, or undefined when the body holds none.
- */
-export function principalId(body: string): string | undefined {
-  try {
-    const value = JSON.parse(body) as { id?: unknown } | null;
-    return typeof value?.id === 'string' ? value.id : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/** The `code` of a problem body, or undefined when it has none. */
-function problemCode(body: string): string | undefined {
-  try {
-    const value = JSON.parse(body) as unknown;
-    if (typeof value === 'object' && value !== null && 'code' in value) {
-      const { code } = value;
-      return typeof code === 'string' ? code : undefined;
-    }
-  } catch {
-    // not JSON: no problem code
-  }
-  return undefined;
-}
 
 /** What {@link exchange} read of an answer before the transport records it. */
 interface RawAnswer {
@@ -280,36 +227,7 @@ export class Transport {
     private readonly token: string,
     private readonly timeoutMs: number,
   ) {
-    let origin: URL | undefined;
-    try {
-      origin = new URL(baseUrl);
-    } catch {
-      origin = undefined;
-    }
-    if (
-      origin === undefined ||
-      (origin.protocol !== 'http:' && origin.protocol !== 'https:') ||
-      origin.pathname !== '/' ||
-      origin.search !== '' ||
-      origin.hash !== ''
-    ) {
-      throw new RangeError(
-        `baseUrl must be an http or https origin without path, query or fragment, got "${baseUrl}"`,
-      );
-    }
-    // fetch refuses them too; the token is the credential, and a password
-    // in a URL ends up in logs and process lists.
-    if (origin.username !== '' || origin.password !== '') {
-      throw new RangeError(
-        'baseUrl must not carry a user name or password; the token is the credential',
-      );
-    }
-    const refused = badPort(origin);
-    if (refused !== undefined) {
-      throw new RangeError(
-        `baseUrl's port ${String(refused)} is one fetch refuses to connect to (a bad port of the Fetch standard); use another port`,
-      );
-    }
+    const origin = parseOrigin(baseUrl);
     if (token === '') throw new RangeError('token must not be empty');
     this.origin = origin;
     this.http =
@@ -405,59 +323,4 @@ export class Transport {
     this.agent?.destroy();
     this.agent = undefined;
   }
-}
-
-/**
- * The Fetch standard's "bad ports", which Node.js's fetch refuses to
- * connect to: the ports of other protocols (SMTP, SSH, X11, ...), never
- * this API. node:http would connect to them; the client refuses them
- * before anything is stated or sent, as a caller sending with fetch meets
- * them, instead of waiting for a server that is not there. A test checks
- * the list against fetch.
- */
-export const BAD_PORTS: ReadonlySet<number> = new Set([
-  1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102,
-  103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465,
-  512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636, 989, 990, 993,
-  995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667, 6668,
-  6669, 6679, 6697, 10080,
-]);
-
-/**
- * The port of an http(s) origin when it is one fetch refuses.
- *
- * @param origin the parsed origin.
- * @returns the port, or undefined when fetch connects to it.
- */
-export function badPort(origin: URL): number | undefined {
-  const port = Number(origin.port === '' ? (origin.protocol === 'https:' ? 443 : 80) : origin.port);
-  return BAD_PORTS.has(port) ? port : undefined;
-}
-
-/**
- * An answer in one line for a message: its status, and the problem's
- * `code` and `detail` when the body is a problem, else the start of the
- * body on one line.
- *
- * @param answer the status and the body's text.
- * @returns e.g. `401 unauthenticated: The bearer token is not valid`
- */
-export function answerLine(answer: { readonly status: number; readonly body: string }): string {
-  let value: unknown;
-  try {
-    value = JSON.parse(answer.body) as unknown;
-  } catch {
-    value = undefined;
-  }
-  const problem =
-    typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : {};
-  const code = typeof problem['code'] === 'string' ? ` ${problem['code']}` : '';
-  // Without its closing full stop, so the line goes on after it.
-  const detail =
-    typeof problem['detail'] === 'string' ? problem['detail'].replace(/\.$/, '') : undefined;
-  if (code !== '' || detail !== undefined) {
-    return `${String(answer.status)}${code}${detail === undefined ? '' : `: ${detail}`}`;
-  }
-  const text = answer.body.replace(/\s+/g, ' ').trim().slice(0, 200);
-  return `${String(answer.status)}${text === '' ? '' : `: ${text}`}`;
 }

@@ -21,7 +21,8 @@ import { OutboxError, type Intent } from './outbox.js';
 import { backoffDelay, classifyAnswer } from './retry.js';
 import { attempt, type AttemptContext } from './sender-attempt.js';
 import { ServerClock, type DrainState } from './sender-clock.js';
-import { Transport, answerLine, describeError, principalId } from './sender-transport.js';
+import { answerLine, describeError, principalId } from './sender-lines.js';
+import { Transport } from './sender-transport.js';
 import type {
   DrainOptions,
   DrainReport,
