@@ -3,8 +3,9 @@
  * `make check`:
  * - kernel imports only node built-ins and kernel;
  * - platform imports kernel, platform and npm packages; the idempotency
- *   plugin (platform/http/idempotency) only kernel and npm packages, and
- *   the rest of the server's code reaches it only through its index.ts;
+ *   plugin (platform/http/idempotency) only the four kernel ports its
+ *   README names (idempotency, txn, errs, ids) and npm packages, and the
+ *   rest of the server's code reaches it only through its index.ts;
  * - a module imports kernel, platform, npm packages and itself, never another
  *   module, apps or test;
  * - only apps and test import a module, and only through its index.ts;
@@ -30,12 +31,12 @@ module.exports = {
     {
       name: 'idempotency-plugin-is-standalone',
       comment:
-        'the idempotency plugin imports only kernel ports and npm packages, so it could be published as it is',
+        'the idempotency plugin imports only the kernel ports its README names and npm packages, so it could be published as it is',
       severity: 'error',
       from: { path: '^platform/http/idempotency/', pathNot: ['\\.test\\.ts$'] },
       to: {
-        path: '^(platform|modules|apps|test|scripts)/',
-        pathNot: ['^platform/http/idempotency/'],
+        path: '^(platform|modules|apps|test|scripts|kernel)/',
+        pathNot: ['^platform/http/idempotency/', '^kernel/(idempotency|txn|errs|ids)/'],
       },
     },
     {

@@ -1,6 +1,6 @@
 /**
- * Errors for the client: the problem catalogue, AppError and the RFC 9457
- * problem body.
+ * Errors for the client: the problem catalogue, AppError, the RFC 9457
+ * problem body and the problem of a Fastify validation error.
  *
  * @packageDocumentation
  */
@@ -11,3 +11,10 @@ export { AppError, isAppError, problem } from './app-error.js';
 export type { ProblemBody } from './problem-body.js';
 export { toProblemBody } from './problem-body.js';
 export { codePoints, invalidField } from './field.js';
+export type { ValidationItem } from './validation.js';
+export {
+  fieldErrors,
+  MAX_LISTED_FIELD_ERRORS,
+  VALIDATION_SCAN_LIMIT,
+  validationProblem,
+} from './validation.js';

@@ -6,6 +6,7 @@ import {
   toAppError,
   VALIDATION_SCAN_LIMIT,
 } from './problems.js';
+import { defaultToProblem } from './idempotency/index.js';
 
 void t.test('an AppError maps to itself', (t) => {
   const e = problem('not_found', 'No such account.');
@@ -207,3 +208,37 @@ void t.test("a 412 is precondition_failed only from the static files' sender", (
   t.equal(stray.status, 500);
   t.end();
 });
+
+void t.test(
+  "the idempotency plugin's default mapping gives the same validation problem as the server's",
+  (t) => {
+    const cases = [
+      { validationContext: 'body', validation: [{ instancePath: '/amount', keyword: 'type' }] },
+      {
+        validationContext: 'querystring',
+        validation: [{ instancePath: '/limit', keyword: 'maximum', message: 'too big' }],
+      },
+      {
+        validationContext: 'headers',
+        validation: [{ keyword: 'required', params: { missingProperty: 'a/b' } }],
+      },
+      { validationContext: 'params', validation: [] },
+      {
+        validationContext: 'body',
+        validation: Array.from({ length: MAX_LISTED_FIELD_ERRORS + 5 }, (_, i) => ({
+          instancePath: `/x${String(i)}`,
+          keyword: 'additionalProperties',
+        })),
+      },
+    ];
+    for (const c of cases) {
+      const err = Object.assign(new Error('invalid'), { statusCode: 400, ...c });
+      const server = toAppError(err);
+      const plugin = defaultToProblem(err);
+      t.equal(plugin.code, server.code, `${c.validationContext}: code`);
+      t.equal(plugin.detail, server.detail, `${c.validationContext}: detail`);
+      t.same(plugin.errors, server.errors, `${c.validationContext}: field errors`);
+    }
+    t.end();
+  },
+);

@@ -8,25 +8,15 @@ import {
   isAppError,
   problem,
   problemCatalogue,
-  type ProblemFieldError,
+  validationProblem,
 } from '../../kernel/errs/index.js';
 import { isRetryable } from '../../kernel/txn/index.js';
 
-/** The subset of Fastify's validation error item this module reads. */
-interface ValidationItem {
-  readonly instancePath?: string;
-  readonly keyword?: string;
-  readonly message?: string;
-  readonly params?: Record<string, unknown>;
-}
-
-/** Where Fastify's validation error happened, mapped to our pointer roots. */
-const CONTEXT_ROOT: Readonly<Record<string, string>> = {
-  body: '#body',
-  querystring: '#query',
-  params: '#path',
-  headers: '#header',
-};
+export {
+  fieldErrors,
+  MAX_LISTED_FIELD_ERRORS,
+  VALIDATION_SCAN_LIMIT,
+} from '../../kernel/errs/index.js';
 
 /**
  * Database conditions a client may retry: timeouts, lost or refused
@@ -54,23 +44,6 @@ function isUnavailable(code: unknown): boolean {
   return typeof code === 'string' && (UNAVAILABLE_CODES.has(code) || code.startsWith('08'));
 }
 
-/**
- * How many entries the `errors` list of a validation problem holds at most;
- * the detail counts the rest. Documented in docs/api/README.md.
- */
-export const MAX_LISTED_FIELD_ERRORS = 100;
-
-/**
- * How many findings a TypeBox-compiled validator collects before it stops
- * looking. TypeBox's default is 8, too few to name what is wrong with a
- * body of a few unknown members and a wrong value. High enough for any honest request, bounded so a body of
- * thousands of wrong members costs no more than a few milliseconds; the
- * answer lists at most {@link MAX_LISTED_FIELD_ERRORS} of them, and a list
- * that reached this many is counted as "at least", since the validator
- * stopped looking there.
- */
-export const VALIDATION_SCAN_LIMIT = 1000;
-
 const CONTENT_RANGE = /^bytes \*\/\d{1,16}$/;
 
 /**
@@ -92,37 +65,6 @@ function contentRangeOf(err: unknown): string | undefined {
   return undefined;
 }
 
-const snake = (s: string): string => s.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase();
-
-/**
- * Turns Fastify/Ajv validation items into field errors with JSON pointers
- * prefixed by the part of the request (`#body/amount`, `#query`, ...).
- *
- * @param context Fastify's `validationContext`.
- * @param items the validation items.
- * @returns one field error per item.
- */
-export function fieldErrors(
-  context: string | undefined,
-  items: readonly ValidationItem[],
-): ProblemFieldError[] {
-  const root = CONTEXT_ROOT[context ?? 'body'] ?? '#body';
-  // A validator that fails without naming anything (one that filtered its
-  // own findings away) still gets an entry: an empty list reads as "nothing
-  // wrong", and a client that shows errors[] would show nothing.
-  if (items.length === 0) return [{ pointer: root, code: 'invalid' }];
-  return items.map((item) => {
-    let path = item.instancePath ?? '';
-    if (item.keyword === 'required' && typeof item.params?.['missingProperty'] === 'string') {
-      path = `${path}/${item.params['missingProperty'].replace(/~/g, '~0').replace(/\//g, '~1')}`;
-    }
-    const code = item.keyword === undefined ? 'invalid' : snake(item.keyword);
-    return item.message === undefined
-      ? { pointer: `${root}${path}`, code }
-      : { pointer: `${root}${path}`, code, detail: item.message };
-  });
-}
-
 /**
  * Maps anything thrown while serving a request to the problem the client gets.
  * Unknown errors become `internal_error` with a generic detail: internals
@@ -136,27 +78,11 @@ export function toAppError(err: unknown): AppError {
   const e = (typeof err === 'object' && err !== null ? err : {}) as {
     code?: unknown;
     statusCode?: unknown;
-    validation?: unknown;
-    validationContext?: unknown;
     message?: unknown;
     name?: unknown;
   };
-  if (Array.isArray(e.validation)) {
-    const context = typeof e.validationContext === 'string' ? e.validationContext : undefined;
-    const items = e.validation as ValidationItem[];
-    const listed = fieldErrors(context, items.slice(0, MAX_LISTED_FIELD_ERRORS));
-    // A body can hold thousands of wrong members: the answer lists a bounded
-    // number and counts the rest in the detail, so a 400 stays small.
-    const count =
-      items.length >= VALIDATION_SCAN_LIMIT
-        ? `at least ${String(items.length)}`
-        : String(items.length);
-    const detail =
-      items.length > MAX_LISTED_FIELD_ERRORS
-        ? `The request is not valid: ${count} problems, the first ${String(MAX_LISTED_FIELD_ERRORS)} listed.`
-        : 'The request is not valid.';
-    return problem('validation_failed', detail, { errors: listed, cause: err });
-  }
+  const invalid = validationProblem(err);
+  if (invalid !== undefined) return invalid;
   if (e.code === 'FST_STATIC_FORBIDDEN_PATH') {
     // @fastify/static refuses a path that climbs out of its folder or that
     // it cannot check (`..`, `.`, `//`, a NUL, a name too long for the file

@@ -85,3 +85,30 @@ void t.test('without the plugin a keyed flag is only a statement', async (t) => 
   await t.resolves(async () => app.ready());
   await app.close();
 });
+
+void t.test('a keyed route may not be public: its keys would have no owner', async (t) => {
+  for (const keyed of [false, true]) {
+    const app = Fastify();
+    writeRoutePolicy(app, { keyed });
+    t.throws(
+      () =>
+        app.post(
+          '/open',
+          { config: { idempotent: 'required', auth: 'none' }, schema: { operationId: 'open' } },
+          () => Promise.resolve({}),
+        ),
+      /POST \/open \(operationId open\) is keyed, so it may not be auth: none \(keys belong to principals\)/,
+      `refused as it is declared, plugin ${keyed ? 'registered' : 'absent'}`,
+    );
+    t.doesNotThrow(
+      () =>
+        app.post(
+          '/open-plain',
+          { config: { idempotent: false, auth: 'none' }, schema: { operationId: 'openPlain' } },
+          () => Promise.resolve({}),
+        ),
+      'a public write that is not keyed is the application choice',
+    );
+    await app.close();
+  }
+});

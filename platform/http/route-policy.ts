@@ -4,10 +4,12 @@
  * of its own):
  * - every POST, PUT, PATCH and DELETE route states `config.idempotent`
  *   (`true`, `'required'` or an explicit `false`), so no write is forgotten;
+ * - a keyed route is never `config.auth: 'none'`: its keys belong to the
+ *   principal of the request, and a public route has none;
  * - every keyed route is guarded by the plugin, i.e. was declared after it.
  *
- * The first is checked as each route is declared, the second once the
- * server is ready; either refusal stops start-up naming the route.
+ * The first two are checked as each route is declared, the last once the
+ * server is ready; each refusal stops start-up naming the route.
  */
 import type { FastifyInstance, RouteOptions } from 'fastify';
 import { routeLabel } from './idempotency/index.js';
@@ -41,7 +43,13 @@ export function writeRoutePolicy(app: FastifyInstance, options: { readonly keyed
         `${routeLabel(route)} must state config.idempotent (true, 'required' or false)`,
       );
     }
-    if (flag === true || flag === 'required') declared.push(route);
+    if (flag !== true && flag !== 'required') return;
+    if (route.config?.auth === 'none') {
+      throw new RoutePolicyError(
+        `${routeLabel(route)} is keyed, so it may not be auth: none (keys belong to principals)`,
+      );
+    }
+    declared.push(route);
   });
   if (!options.keyed) return;
   app.addHook('onReady', async () => {

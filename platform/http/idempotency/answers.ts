@@ -1,8 +1,8 @@
 /**
- * The one writer of answers: stored answers and replays as canonical bytes
- * with the headers derived from the route, problems as RFC 9457
- * problem+json (the server's error handler writes its problems here too),
- * and what an existing key row answers.
+ * The plugin's writer of keyed answers: stored answers and replays as
+ * canonical bytes with the headers derived from the route, the plugin's own
+ * problems as RFC 9457 problem+json in canonical bytes, and what an existing
+ * key row answers. The application writes its other problems itself.
  */
 import type { FastifyReply } from 'fastify';
 import { problem, toProblemBody, type AppError } from '../../../kernel/errs/index.js';
@@ -94,22 +94,17 @@ export function sendAnswer(
 export interface ProblemOptions {
   /** How it relates to its key: `replay` adds `Idempotent-Replay: true`. Default `none`. */
   readonly mark?: KeyMark;
-  /**
-   * The body in RFC 8785 canonical bytes, as every answer of a keyed request
-   * is (default); false leaves it to the route's serializer, members in the
-   * problem's own order, as the server's error handler answers.
-   */
-  readonly canonical?: boolean;
 }
 
 /**
- * Sends a problem: its status, `Retry-After` and extra headers, and the RFC
- * 9457 body with the request's correlation id.
+ * Sends a problem of a keyed request: its status, `Retry-After` and extra
+ * headers, and the RFC 9457 body with the request's correlation id, in
+ * canonical bytes as every answer of a keyed request is.
  *
  * @param reply the reply.
  * @param err the problem.
  * @param correlationId the request's correlation id.
- * @param options replay marker and encoding.
+ * @param options the replay marker.
  * @returns the reply, sent.
  */
 export function sendProblem(
@@ -124,7 +119,7 @@ export function sendProblem(
   markKey(reply, options.mark);
   const body = toProblemBody(err, correlationId);
   reply.code(err.status).type(PROBLEM_CONTENT_TYPE);
-  return options.canonical === false ? reply.send(body) : reply.send(canonicalJson(body));
+  return reply.send(canonicalJson(body));
 }
 
 /** `409 request_in_progress` with `Retry-After: 1`. */

@@ -89,7 +89,7 @@ function hasRequiredIntegerVersion(schema: Schema | undefined): boolean {
  *
  * @param route Fastify's route options (config.idempotent is true or 'required').
  * @returns the route's keyed metadata.
- * @throws FST_IDEMPOTENCY_ROUTE_REFUSED naming the route: auth none, no operationId, a
+ * @throws FST_IDEMPOTENCY_ROUTE_REFUSED naming the route: no operationId, a
  *   querystring schema, a non-JSON body, a non-JSON 2xx answer, an ETag
  *   without a required integer `version`, a `location` without a 201 answer.
  */
@@ -100,10 +100,6 @@ export function checkKeyedRoute(route: RouteOptions): KeyedRoute {
   };
   const config = route.config ?? {};
   const schema: Schema = isObject(route.schema) ? route.schema : {};
-  // `auth` is the application's own route config (who may call the route):
-  // a public route has no principal to own its keys.
-  if ((config as { auth?: unknown }).auth === 'none')
-    refuse('a keyed route may not be auth: none (keys belong to principals)');
   const operationId = schema['operationId'];
   if (typeof operationId !== 'string' || operationId === '')
     refuse('schema.operationId is required (stored as the action)');

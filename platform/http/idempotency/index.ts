@@ -1,9 +1,9 @@
 /**
  * The idempotency plugin's public face: the plugin, its options and events,
- * its errors, the OpenAPI addition for @fastify/swagger's `transform`, and
- * the writer of problem answers the server shares, the route label its
- * refusals use, and canonical JSON (RFC 8785) with duplicate-member
- * detection, which platform/jsoncanon re-exports. See README.md.
+ * its errors, the OpenAPI addition for @fastify/swagger's `transform`, the
+ * headers it writes, the route label its refusals use, and canonical JSON
+ * (RFC 8785) with duplicate-member detection, which platform/jsoncanon
+ * re-exports. See README.md.
  *
  * @packageDocumentation
  */
@@ -25,7 +25,6 @@ export {
   PROBLEM_CONTENT_TYPE,
   REPLAY_HEADER,
   keyLifetimeValue,
-  sendProblem,
 } from './answers.js';
 export { routeLabel } from './checks.js';
 export {

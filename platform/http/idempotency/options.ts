@@ -9,6 +9,7 @@ import {
   isAppError,
   problem,
   problemCatalogue,
+  validationProblem,
   type ProblemCode,
 } from '../../../kernel/errs/index.js';
 import type { IdempotencyStore } from '../../../kernel/idempotency/index.js';
@@ -128,7 +129,8 @@ const CODE_OF_STATUS: ReadonlyMap<number, ProblemCode> = new Map(
 /**
  * The default problem mapping, for an application that gives none: an
  * AppError as it is; Fastify's validation error as `400 validation_failed`
- * with a pointer per failed rule (`#body/...`); an error carrying a 4xx
+ * with a pointer per failed rule (`#body/...`, kernel/errs
+ * `validationProblem`, as the server's own mapping); an error carrying a 4xx
  * `statusCode` (@fastify/sensible, @fastify/error) as the catalogue's problem
  * of that status; anything else `500 internal_error`.
  *
@@ -139,20 +141,9 @@ export function defaultToProblem(error: unknown): AppError {
   if (isAppError(error)) return error;
   const e = (typeof error === 'object' && error !== null ? error : {}) as {
     statusCode?: unknown;
-    validation?: unknown;
-    validationContext?: unknown;
   };
-  if (Array.isArray(e.validation)) {
-    const root = `#${typeof e.validationContext === 'string' ? e.validationContext : 'body'}`;
-    const items = e.validation as { instancePath?: unknown; keyword?: unknown }[];
-    return problem('validation_failed', 'The request is not valid.', {
-      errors: items.map((item) => ({
-        pointer: `${root}${typeof item.instancePath === 'string' ? item.instancePath : ''}`,
-        code: typeof item.keyword === 'string' ? item.keyword : 'invalid',
-      })),
-      cause: error,
-    });
-  }
+  const invalid = validationProblem(error);
+  if (invalid !== undefined) return invalid;
   const code = typeof e.statusCode === 'number' ? CODE_OF_STATUS.get(e.statusCode) : undefined;
   if (code !== undefined) return problem(code, problemCatalogue[code].title, { cause: error });
   return new AppError('internal_error', 'An unexpected error occurred.', { cause: error });
