@@ -3,7 +3,9 @@
  * its errors, the OpenAPI addition for @fastify/swagger's `transform`, the
  * headers it writes, the route label its refusals use, and canonical JSON
  * (RFC 8785) with duplicate-member detection, which platform/jsoncanon
- * re-exports. See README.md.
+ * re-exports; and the kernel ports it is given (the store, the unit of
+ * work) and the error type its `toProblem` option returns, so a package
+ * user implements them without reaching into its files. See README.md.
  *
  * @packageDocumentation
  */
@@ -35,3 +37,14 @@ export {
   type CanonicalBody,
   type JsonPath,
 } from './canonical.js';
+export type {
+  IdempotencyEntry,
+  IdempotencyRequest,
+  IdempotencyStore,
+  StoredResponse,
+} from '../../../kernel/idempotency/index.js';
+export { isRequestInProgress, RequestInProgressError } from '../../../kernel/idempotency/index.js';
+export type { UnitOfWork, UnitOfWorkOptions } from '../../../kernel/txn/index.js';
+export { isRetryable, markNonRetryable, TransactionEscapeError } from '../../../kernel/txn/index.js';
+export { AppError, isAppError, problem } from '../../../kernel/errs/index.js';
+export type { ProblemCode, ProblemExtras } from '../../../kernel/errs/index.js';
