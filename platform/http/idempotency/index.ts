@@ -45,6 +45,10 @@ export type {
 } from '../../../kernel/idempotency/index.js';
 export { isRequestInProgress, RequestInProgressError } from '../../../kernel/idempotency/index.js';
 export type { UnitOfWork, UnitOfWorkOptions } from '../../../kernel/txn/index.js';
-export { isRetryable, markNonRetryable, TransactionEscapeError } from '../../../kernel/txn/index.js';
+export {
+  isRetryable,
+  markNonRetryable,
+  TransactionEscapeError,
+} from '../../../kernel/txn/index.js';
 export { AppError, isAppError, problem } from '../../../kernel/errs/index.js';
 export type { ProblemCode, ProblemExtras } from '../../../kernel/errs/index.js';
