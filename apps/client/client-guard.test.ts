@@ -174,9 +174,9 @@ void t.test(
     t.teardown(() => {
       client.close();
     });
-    const refusal = (): string => {
+    const refusal = (body: typeof BODY = BODY): string => {
       try {
-        client.state(transferIntent(BODY));
+        client.state(transferIntent(body));
       } catch (err) {
         t.type(err, EqualIntentError);
         return (err as Error).message;
@@ -196,15 +196,72 @@ void t.test(
     t.match(message, /check whether it took effect/);
     t.notMatch(message, /state with again to mean a second one/);
     client.outbox.markReported(sent.seq, 7);
+    t.match(refusal(), sent.key, 'still refused once reported');
     // No attempt counted before its key expired: it may have been sent all
     // the same (a key the caller gave, sent by a program of its own, or a
     // restored copy of the outbox), so the refusal is the same.
-    const unsent = client.state(transferIntent(BODY)).intent;
+    const other = { ...BODY, amount: BODY.amount + 1 };
+    const unsent = client.state(transferIntent(other)).intent;
     client.outbox.recordExpired(unsent.seq, 8);
-    const second = refusal();
+    const second = refusal(other);
     t.match(second, unsent.key);
     t.match(second, /failed expired, no attempt counted here/);
     t.match(second, /may have taken effect/);
     t.notMatch(second, /state with again to mean a second one/);
+  },
+);
+
+void t.test(
+  'an equal intent that may have taken effect refuses a new one even after its result was printed',
+  async (t) => {
+    // Printing "outcome unknown" marks the intent reported; the same
+    // command run again (the shell's history, a wrapper that retries a
+    // non-zero exit) must still not state a second transfer under a new key.
+    const file = await tempFile(t);
+    const client = open(file);
+    t.teardown(() => {
+      client.close();
+    });
+    for (const failure of ['outcome_unknown', 'expired'] as const) {
+      const body = { ...BODY, amount: failure === 'expired' ? 7 : 6 };
+      const first = client.state(transferIntent(body)).intent;
+      client.outbox.recordAttempt(first.seq, 1, 5);
+      client.outbox.recordFinal(first.seq, {
+        attempts: 1,
+        state: 'failed',
+        failure,
+        answer: { status: 404, replayed: false, marked: false, headers: {}, body: '{}' },
+        now: 6,
+      });
+      client.outbox.markReported(first.seq, 7);
+      const refused = (() => {
+        try {
+          client.state(transferIntent(body));
+        } catch (err) {
+          return err;
+        }
+        return undefined;
+      })();
+      t.type(refused, EqualIntentError, `${failure}: refused after it was reported`);
+      t.match((refused as Error).message, first.key, `${failure}: names its key`);
+      t.match((refused as Error).message, /do not state it again/);
+      t.equal(
+        client.state(transferIntent(body), { again: true }).intent.key === first.key,
+        false,
+        `${failure}: again still states a second one on purpose`,
+      );
+    }
+    // A reported intent the server answered (a marked 422 here) is no reason to refuse.
+    const done = client.state(transferIntent({ ...BODY, amount: 8 })).intent;
+    client.outbox.recordAttempt(done.seq, 1, 5);
+    client.outbox.recordFinal(done.seq, {
+      attempts: 1,
+      state: 'done',
+      failure: null,
+      answer: { status: 422, replayed: false, marked: true, headers: {}, body: '{}' },
+      now: 6,
+    });
+    client.outbox.markReported(done.seq, 7);
+    t.not(client.state(transferIntent({ ...BODY, amount: 8 })).intent.key, done.key);
   },
 );

@@ -36,13 +36,17 @@ select * from intents i
 /**
  * The first intent that would send the same request as a new one (same
  * operation, path, method and body, the body in RFC 8785 form as stored)
- * and whose result no command printed: pending, or settled and not
- * reported. Its condition is the partial index `intents_unreported`'s
- * (outbox-schema.ts), so it reads that index, which holds only such rows.
+ * and that a new one must not repeat: pending, settled and not reported,
+ * or failed in a way that may have taken effect (`outcome_unknown`,
+ * `expired`: client.ts `mayHaveTakenEffect`), reported or not, since a
+ * rerun of the command that printed "outcome unknown" would otherwise
+ * state a second transfer under a new key. Its condition is the partial
+ * index `intents_unreported`'s (outbox-schema.ts), so it reads that index,
+ * which holds only such rows.
  * Parameters: operation, path, method, body (null for none).
  */
 export const UNREPORTED_EQUAL_SQL = `select * from intents
- where (state = 'pending' or reported_at is null)
+ where (state = 'pending' or reported_at is null or failure in ('outcome_unknown', 'expired'))
    and operation = ? and path = ? and method = ? and body is ?
  order by seq limit 1`;
 

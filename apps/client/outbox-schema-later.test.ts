@@ -1,12 +1,14 @@
 /**
- * The outbox's later schema versions on real files: a file of version 2, 3
- * or 4 (made with that version's SQL, or taken back to it) is migrated to
- * version 5 when it is opened, every row kept as it was, and the columns
+ * The outbox's later schema versions on real files: a file of version 2, 3,
+ * 4 or 5 (made with that version's SQL, or taken back to it) is migrated to
+ * version 6 when it is opened, every row kept as it was, and the columns
  * each version added get the values the rows imply. Version 1 and a new
  * file: outbox-schema.test.ts.
  */
 import { DatabaseSync } from 'node:sqlite';
 import t from 'tap';
+import { ID_A, ID_B } from './cli-fixture.js';
+import { transferIntent } from './client.js';
 import { Outbox } from './outbox.js';
 import {
   BODY,
@@ -18,7 +20,7 @@ import {
   tempFile,
 } from './outbox-schema-fixture.js';
 
-void t.test('a version 2 file is migrated to version 5 with its rows unchanged', async (t) => {
+void t.test('a version 2 file is migrated to version 6 with its rows unchanged', async (t) => {
   const file = await tempFile(t);
   const db = new DatabaseSync(file);
   db.exec('pragma journal_mode = wal');
@@ -61,7 +63,7 @@ void t.test('a version 2 file is migrated to version 5 with its rows unchanged',
   ]);
   outbox.close();
   const after = snapshot(file);
-  t.equal(after.version, '5');
+  t.equal(after.version, '6');
   t.match(after.table, /server_anchor/);
   t.same(after.foreignKeyProblems, []);
   const kept = new DatabaseSync(file);
@@ -134,9 +136,39 @@ void t.test(
     const after = new DatabaseSync(file, { readOnly: true });
     t.equal(
       after.prepare(`select value from meta where name = 'schema_version'`).get()?.['value'],
-      '5',
+      '6',
     );
     t.equal(before.length, 1);
     after.close();
+  },
+);
+
+void t.test(
+  'a version 5 file is migrated in place: the equal-intent guard index also holds intents that may have taken effect',
+  async (t) => {
+    const file = await tempFile(t);
+    const outbox = Outbox.open(file);
+    outbox.enqueue(transferIntent({ from_account_id: ID_A, to_account_id: ID_B, amount: 5 }));
+    outbox.close();
+    // Taken back to version 5: its index left out the failed intents.
+    const v5 = new DatabaseSync(file);
+    v5.exec(`drop index intents_unreported;
+create index intents_unreported on intents (operation, path, method, body)
+  where state = 'pending' or reported_at is null;
+update meta set value = '5' where name = 'schema_version';`);
+    v5.close();
+    const before = snapshot(file);
+    Outbox.open(file).close();
+    const after = new DatabaseSync(file, { readOnly: true });
+    t.equal(
+      after.prepare(`select value from meta where name = 'schema_version'`).get()?.['value'],
+      '6',
+    );
+    const index = after
+      .prepare(`select sql from sqlite_master where type = 'index' and name = 'intents_unreported'`)
+      .get()?.['sql'];
+    t.match(String(index), /failure in \('outcome_unknown', 'expired'\)/);
+    after.close();
+    t.same(snapshot(file).intents, before.intents, 'every row kept');
   },
 );

@@ -1,7 +1,7 @@
 /**
  * The outbox's schema versions on real files: a file of schema version 1
  * (made here with that version's own SQL, as the client of then wrote it)
- * is migrated to version 5 when it is opened, in one transaction, with
+ * is migrated to version 6 when it is opened, in one transaction, with
  * every row kept as it was; a migration that meets a broken foreign key is
  * refused and leaves the file as it was.
  */
@@ -182,7 +182,7 @@ void t.test('a version 1 file is migrated on open with its rows unchanged', asyn
     'every other row is as it was, column by column',
   );
   t.same(after.lanes, before.lanes, 'the lanes are as they were');
-  t.equal(after.version, '5');
+  t.equal(after.version, '6');
   t.match(after.table, /outcome_unknown/, 'the new check allows the new reason');
   t.same(
     after.indexes.sort(),
@@ -195,7 +195,7 @@ void t.test('a version 1 file is migrated on open with its rows unchanged', asyn
     'a replay was marked; an earlier first answer is not known to have been',
   );
   const again = Outbox.open(file);
-  t.equal(again.list().length, 5, 'a version 5 file opens without a migration');
+  t.equal(again.list().length, 5, 'a version 6 file opens without a migration');
   again.close();
 });
 
@@ -224,7 +224,7 @@ void t.test('a migration that meets a broken foreign key leaves the file as it w
   kept.close();
 });
 
-void t.test('a new file has the version 5 schema', async (t) => {
+void t.test('a new file has the version 6 schema', async (t) => {
   const file = await tempFile(t);
   const outbox = Outbox.open(file);
   const { intent } = outbox.enqueue({ operation: 'x', method: 'POST', path: '/x', lanes: [] });
@@ -242,6 +242,6 @@ void t.test('a new file has the version 5 schema', async (t) => {
   });
   outbox.close();
   const s = snapshot(file);
-  t.equal(s.version, '5');
+  t.equal(s.version, '6');
   t.same(s.answers, [{ seq: 1, marked: 0, attempt_started_at: null }]);
 });

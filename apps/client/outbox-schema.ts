@@ -26,7 +26,7 @@ import type { DatabaseSync } from 'node:sqlite';
 import { OutboxOpenError } from './outbox-errors.js';
 
 /** The schema version this client writes. */
-export const SCHEMA_VERSION = '5';
+export const SCHEMA_VERSION = '6';
 
 /** The failure reasons the schema allows, in the order they were added. */
 export const FAILURES: readonly string[] = [
@@ -67,12 +67,13 @@ create table ${name} (
 const PENDING_INDEX = `create index intents_pending on intents (seq) where state = 'pending';`;
 
 /**
- * The intents whose result no command printed: pending, or settled and not
- * reported. Few rows, so the guard's look-up of an equal intent reads only
- * these, however long the outbox's history.
+ * The intents a new equal one must not repeat: pending, settled and not
+ * reported, or failed in a way that may have taken effect. Few rows, so
+ * the guard's look-up of an equal intent reads only these, however long
+ * the outbox's history. Version 6 added the last condition.
  */
 const UNREPORTED_INDEX = `create index intents_unreported on intents (operation, path, method, body)
-  where state = 'pending' or reported_at is null;`;
+  where state = 'pending' or reported_at is null or failure in ('outcome_unknown', 'expired');`;
 
 /** How version 3 marked an unmarked last answer: the start of its last error. */
 const V3_UNMARKED = `state = 'pending' and substr(last_error, 1, 17) = 'unmarked answer: '`;
@@ -94,7 +95,7 @@ insert into meta (name, value) values ('schema_version', '${SCHEMA_VERSION}');
 const V1_COLUMNS =
   'seq, key, operation, method, path, body, lanes, created_at, state, failure, attempts, next_attempt_at, last_error, status, replayed, answer_headers, answer_body, finished_at';
 
-/** The columns of version 2's intents, all kept by versions 3 to 5. */
+/** The columns of version 2's intents, all kept by versions 3 to 6. */
 const V2_COLUMNS = `${V1_COLUMNS}, marked, attempt_started_at`;
 
 /**
@@ -139,6 +140,18 @@ update meta set value = '${SCHEMA_VERSION}' where name = 'schema_version';
  */
 const FROM_V4 = `
 alter table intents add column key_lifetime_ms integer;
+drop index intents_unreported;
+${UNREPORTED_INDEX}
+update meta set value = '${SCHEMA_VERSION}' where name = 'schema_version';
+`;
+
+/**
+ * From version 5: the guard's index also holds the intents that may have
+ * taken effect, reported or not.
+ */
+const FROM_V5 = `
+drop index intents_unreported;
+${UNREPORTED_INDEX}
 update meta set value = '${SCHEMA_VERSION}' where name = 'schema_version';
 `;
 
@@ -174,7 +187,7 @@ function migrate(db: DatabaseSync, file: string, from: string): void {
 
 /**
  * Makes the schema in an empty database, or checks an outbox's version and
- * migrates a version 1, 2 or 3 file to version 4. Runs inside the caller's write
+ * migrates a version 1 to 5 file to version 6. Runs inside the caller's write
  * transaction (a failed migration is rolled back with it), with foreign
  * keys off.
  *
@@ -182,7 +195,7 @@ function migrate(db: DatabaseSync, file: string, from: string): void {
  * @param file the file's path, for messages.
  * @param create whether an empty database is made an outbox.
  * @throws OutboxOpenError when the database is empty and `create` is false,
- *   holds other tables, has another schema version than 1 to 4, or breaks
+ *   holds other tables, has another schema version than 1 to 6, or breaks
  *   a foreign key while migrated.
  */
 export function prepareSchema(db: DatabaseSync, file: string, create: boolean): void {
@@ -222,6 +235,10 @@ export function prepareSchema(db: DatabaseSync, file: string, create: boolean): 
   }
   if (from === '4') {
     db.exec(FROM_V4);
+    return;
+  }
+  if (from === '5') {
+    db.exec(FROM_V5);
     return;
   }
   throw new OutboxOpenError(

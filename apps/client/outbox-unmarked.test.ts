@@ -49,7 +49,7 @@ void t.test('a version 3 file upgrades: an unmarked last answer becomes a column
   const after = new DatabaseSync(file);
   t.equal(
     after.prepare(`select value from meta where name = 'schema_version'`).get()?.['value'],
-    '5',
+    '6',
   );
   t.same(
     after
