@@ -186,3 +186,52 @@ void t.test('an outbox opened only if it exists is never created', async (t) => 
   t.same(existing.list(), [], 'an existing outbox opens');
   existing.close();
 });
+
+void t.test(
+  "an outbox another user could write is refused; one others could read is made the owner's alone",
+  async (t) => {
+    // The outbox holds intents the client sends with its user's token: a
+    // row another user planted would be sent as this user's request.
+    const open = await tempFile(t, 'open.sqlite');
+    Outbox.open(open).close();
+    await fs.chmod(open, 0o666);
+    t.throws(() => Outbox.open(open), {
+      name: 'OutboxOpenError',
+      message:
+        /^cannot open outbox .*open\.sqlite: other users may write it \(mode 0666\).*chmod 600/,
+    });
+    t.equal((await fs.stat(open)).mode & 0o777, 0o666, 'refused, left as it was');
+
+    // An older client made its files 0644: readable by others, not
+    // writable; the owner's own file is tightened as it is opened.
+    const readable = await tempFile(t, 'readable.sqlite');
+    Outbox.open(readable).close();
+    await fs.chmod(readable, 0o644);
+    Outbox.open(readable).close();
+    t.equal((await fs.stat(readable)).mode & 0o777, 0o600, 'made 0600');
+
+    // A symbolic link to a missing file: SQLite would make its target with
+    // its default mode, readable by everyone.
+    const link = await tempFile(t, 'link.sqlite');
+    await fs.symlink(path.join(path.dirname(link), 'target.sqlite'), link);
+    t.throws(() => Outbox.open(link), {
+      name: 'OutboxOpenError',
+      message: /^cannot open outbox .*link\.sqlite: it is a symbolic link to a missing file/,
+    });
+    await t.rejects(fs.stat(path.join(path.dirname(link), 'target.sqlite')), 'no target made');
+
+    if (process.getuid?.() === 0) {
+      // Made by another user first (in a shared directory such as /tmp).
+      const foreign = await tempFile(t, 'foreign.sqlite');
+      Outbox.open(foreign).close();
+      await fs.chown(foreign, 65534, 65534);
+      t.throws(() => Outbox.open(foreign), {
+        name: 'OutboxOpenError',
+        message:
+          /^cannot open outbox .*foreign\.sqlite: it belongs to user 65534, not to this user \(0\)/,
+      });
+    } else {
+      t.comment('not root: a file of another user cannot be made here, its refusal is not run');
+    }
+  },
+);

@@ -1,6 +1,7 @@
 /**
  * Opening an outbox file: refusals of what is no file (`:memory:`, a
- * `file:` URI, a missing file for a reader), the file made 0600 before
+ * `file:` URI, a missing file for a reader) and of a file another user
+ * owns or may write, the file made 0600 before
  * SQLite sees it, the settings that make it durable and single-writer (WAL,
  * `synchronous = FULL`, `locking_mode = EXCLUSIVE`), the schema made or
  * migrated (outbox-schema.ts) in one transaction, and SQLite's errors while
@@ -23,7 +24,7 @@ import { prepareSchema } from './outbox-schema.js';
 // reads every export of the module, lazy ones included, which costs the
 // command line's start-up (docs/DECISIONS.md, "The client sends with
 // node:http").
-const { accessSync, closeSync, constants, openSync, statSync } =
+const { accessSync, chmodSync, closeSync, constants, lstatSync, openSync, statSync } =
   process.getBuiltinModule('node:fs');
 
 const SYNCHRONOUS = ['off', 'normal', 'full', 'extra'];
@@ -63,6 +64,54 @@ function createPrivate(file: string): void {
     throw new OutboxOpenError(`cannot open outbox ${file}: ${message(err)}`);
   }
   closeSync(fd);
+}
+
+/**
+ * Checks that the outbox file is this user's alone, before SQLite opens it.
+ * Its intents are sent with this user's token: a file another user made
+ * first (in a shared directory such as /tmp) or may write could hold a
+ * request this user never stated. So a file of another owner, or one that
+ * group or others may write, is refused (as ssh refuses such a key file);
+ * one they may only read (an older client made its files 0644) is made
+ * 0600, since it holds answers and the principal's id. A symbolic link to
+ * a missing file is refused: SQLite would make its target with its
+ * default mode. Windows keeps no such bits: nothing is checked there.
+ *
+ * @param file the outbox's path.
+ * @throws OutboxOpenError naming the owner, the mode or the link.
+ */
+function privateFile(file: string): void {
+  if (process.platform === 'win32') return;
+  const link = lstatSync(file, { throwIfNoEntry: false });
+  if (link === undefined) return;
+  const stat = statSync(file, { throwIfNoEntry: false });
+  if (stat === undefined) {
+    throw new OutboxOpenError(
+      `cannot open outbox ${file}: it is a symbolic link to a missing file; give the target's path, or remove the link`,
+    );
+  }
+  if (!stat.isFile()) return;
+  const uid = process.getuid?.();
+  if (uid !== undefined && stat.uid !== uid) {
+    throw new OutboxOpenError(
+      `cannot open outbox ${file}: it belongs to user ${String(stat.uid)}, not to this user (${String(uid)}): another user could have written intents into it; use a file of your own`,
+    );
+  }
+  const mode = stat.mode & 0o777;
+  if ((mode & 0o022) !== 0) {
+    throw new OutboxOpenError(
+      `cannot open outbox ${file}: other users may write it (mode 0${mode.toString(8)}), so it may hold intents this user never stated: check its intents (outbox list), then chmod 600 it`,
+    );
+  }
+  if ((mode & 0o077) !== 0) {
+    try {
+      chmodSync(file, mode & 0o700);
+    } catch (err) {
+      throw new OutboxOpenError(
+        `cannot open outbox ${file}: it is readable by other users (mode 0${mode.toString(8)}) and could not be made 0600: ${message(err)}`,
+      );
+    }
+  }
 }
 
 /**
@@ -142,6 +191,7 @@ export function openDatabase(file: string, options: OutboxOptions = {}): Databas
   // An empty name is SQLite's temporary database, refused below by its
   // journal mode; there is no file to make.
   if (create && file !== '') createPrivate(file);
+  if (file !== '') privateFile(file);
   const { DatabaseSync: Database } = process.getBuiltinModule('node:sqlite');
   let db: DatabaseSync;
   try {
