@@ -73,6 +73,7 @@ function stopExit(stoppedBy: StopReason): number {
       return EXIT.unauthenticated;
     case 'unexpected_answer':
     case 'clock_disagreement':
+    case 'key_lifetime_too_short':
       return EXIT.failed;
     case 'aborted':
       return EXIT.interrupted;

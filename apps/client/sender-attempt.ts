@@ -56,6 +56,13 @@ export async function attempt(
   // Before the age: while the clocks disagree, neither age can be trusted
   // to show a key the server still keeps.
   if (ctx.server.hold(intent, state)) return undefined;
+  if (inForceMs <= ttlMarginMs) {
+    // Every key would count as expired: held, not failed, until a person
+    // fixes the lifetime or the margin (the sender's warning says which).
+    state.lifetimeTooShort ??= `the key lifetime in force, ${String(inForceMs / 1000)}s (the server's Idempotency-Key-Lifetime, or --key-ttl), is not longer than --ttl-margin ${String(ttlMarginMs / 1000)}s: nothing was sent and every intent is still pending; lower --ttl-margin, or fix what sends that lifetime`;
+    state.held.add(intent.seq);
+    return undefined;
+  }
   state.attemptedHere.add(intent.seq);
   const started = ctx.clock();
   // From when it was stated, or from the key's own time when that is

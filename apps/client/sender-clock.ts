@@ -29,7 +29,12 @@ export interface DrainState {
    * held, since their age cannot be checked on the server's clock.
    */
   noServerTime?: string;
-  /** The intents not sent for it, by sequence number. */
+  /**
+   * The halt's detail once the lifetime in force was no longer than the
+   * TTL margin: every intent is held, none is failed as expired.
+   */
+  lifetimeTooShort?: string;
+  /** The intents not sent for one of those, by sequence number. */
   readonly held: Set<number>;
   /** The intents this drain has started an attempt of, by sequence number. */
   readonly attemptedHere: Set<number>;

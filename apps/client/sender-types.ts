@@ -89,7 +89,8 @@ export type SendEvent =
   /** The drain stops for something only a person can fix. */
   | {
       readonly type: 'halted';
-      readonly reason: 'unauthenticated' | 'unexpected_answer' | 'clock_disagreement';
+      readonly reason:
+        'unauthenticated' | 'unexpected_answer' | 'clock_disagreement' | 'key_lifetime_too_short';
       readonly detail: string;
     };
 
@@ -113,7 +114,15 @@ export type StopReason =
    * key's age is not known while the clocks disagree), until a person fixes
    * the clock. Intents never attempted were sent as usual.
    */
-  | 'clock_disagreement';
+  | 'clock_disagreement'
+  /**
+   * The server said it keeps keys no longer than the TTL margin (its
+   * `Idempotency-Key-Lifetime`, or `--key-ttl`): every key would count as
+   * expired. Nothing was sent and nothing failed: the intents stay
+   * pending, since one short header (a gateway's, a misconfiguration) must
+   * not fail for good what the server could still deliver or replay.
+   */
+  | 'key_lifetime_too_short';
 
 /** What a drain did. */
 export interface DrainReport {

@@ -143,6 +143,14 @@ export class Sender {
     // In flight, or held: not to be started now.
     const busy = (): Set<number> => new Set([...inFlight.keys(), ...state.held]);
     const clockHalt = (): DrainReport => {
+      if (state.lifetimeTooShort !== undefined) {
+        this.emit({
+          type: 'halted',
+          reason: 'key_lifetime_too_short',
+          detail: state.lifetimeTooShort,
+        });
+        return report('key_lifetime_too_short', state.lifetimeTooShort);
+      }
       const detail = state.disagreement ?? state.noServerTime ?? '';
       this.emit({ type: 'halted', reason: 'clock_disagreement', detail });
       return report('clock_disagreement', detail);
