@@ -156,13 +156,36 @@ export function checkAdvice(intent: Pick<Intent, 'operation' | 'method' | 'path'
   }
 }
 
+// C0 controls (line breaks and ESC among them), DEL and the C1 controls
+// (U+009B is a one-character escape sequence for some terminals).
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/g;
+
 /**
- * One line on what an intent's answer or state is, for people.
+ * A text for the terminal with every control character written as its
+ * `\uXXXX` escape: a server's or gateway's words (a problem's code and
+ * detail, an error) could otherwise move the cursor, clear the line and
+ * print a result that is not the one recorded, or split the one line a
+ * result is.
+ *
+ * @param text any text.
+ * @returns the text, controls escaped.
+ */
+export function printable(text: string): string {
+  return text.replace(CONTROL, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
+/**
+ * One line on what an intent's answer or state is, for people, in
+ * printable characters only ({@link printable}).
  *
  * @param intent the intent.
  * @returns the line, without a newline.
  */
 export function outcome(intent: Intent): string {
+  return printable(outcomeText(intent));
+}
+
+function outcomeText(intent: Intent): string {
   const a = intent.answer;
   if (intent.state === 'pending') {
     // Set while an attempt is in flight: when the outbox is read, no
@@ -211,6 +234,10 @@ export function outcome(intent: Intent): string {
  * @returns the line, without a newline.
  */
 export function progressLine(event: SendEvent): string {
+  return printable(progressText(event));
+}
+
+function progressText(event: SendEvent): string {
   switch (event.type) {
     case 'principal':
       return `sending as principal ${event.principalId}`;
@@ -237,6 +264,10 @@ export function progressLine(event: SendEvent): string {
  * @returns the line, without a newline.
  */
 export function resultLine(intent: Intent, fromOutbox: boolean, unreached?: string): string {
+  return printable(resultText(intent, fromOutbox, unreached));
+}
+
+function resultText(intent: Intent, fromOutbox: boolean, unreached?: string): string {
   const prefix = `${intent.operation === 'createTransfer' ? 'transfer' : 'account'} ${intent.key}`;
   const again = fromOutbox ? ' (from the outbox: stated before, not sent again)' : '';
   const a = intent.answer;

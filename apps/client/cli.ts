@@ -23,6 +23,7 @@ import {
   intentJson,
   listLine,
   outcome,
+  printable,
   progressLine,
   resultLine,
 } from './cli-output.js';
@@ -234,7 +235,8 @@ async function run(
     // Marked reported once the text has left, not when the write was
     // called: a kill before the bytes leave a pipe leaves it unreported.
     const error = await written(out, text);
-    if (!s.json && report?.halt !== undefined) out.stderr.write(`client: ${report.halt}\n`);
+    if (!s.json && report?.halt !== undefined)
+      out.stderr.write(`client: ${printable(report.halt)}\n`);
     if (error !== undefined) {
       out.stderr.write(
         `client: the result of ${intent.key} could not be written to standard output (${error.message}): it is not marked reported\n`,
@@ -333,6 +335,6 @@ function drainResult(report: DrainReport, s: SendSettings, out: Output): number 
   out.stdout.write(
     `${String(report.settled.length)} settled (${String(failed)} failed), ${String(report.pending)} pending${report.unreached === undefined ? '' : `: the server was not reached: ${report.unreached}`}${report.pending > 0 ? `${report.unreached === undefined ? ':' : ';'} "client outbox drain" sends them later with the same keys` : ''}\n`,
   );
-  if (report.halt !== undefined) out.stderr.write(`client: ${report.halt}\n`);
+  if (report.halt !== undefined) out.stderr.write(`client: ${printable(report.halt)}\n`);
   return code;
 }

@@ -359,3 +359,34 @@ void t.test(
     }
   },
 );
+
+void t.test(
+  "a server's words reach the terminal as one line of printable characters",
+  async (t) => {
+    // A gateway's detail with escape sequences and line breaks could
+    // overwrite the line it is in with a fake "201 created" result.
+    const s = await setup(t);
+    const { intent } = s.outbox.enqueue(transfer(2500));
+    const evil = 'x\u001b[2K\rtransfer 1: 201 created: moved 2500\n\u009b31m\u0007';
+    s.script.push(
+      json(
+        422,
+        { code: `insufficient_funds\u001b[8m`, detail: evil, reason: 'r\r' },
+        { 'idempotent-replay': 'false' },
+      ),
+    );
+    await s.sender.drain();
+    const got = s.outbox.get(intent.key);
+    t.ok(got, 'recorded');
+    if (got === undefined) return;
+    for (const line of [resultLine(got, false), outcome(got)]) {
+      t.notMatch(line, /[\u0000-\u001f\u007f-\u009f]/, `no control character: ${line}`);
+      t.match(line, /\\u001b\[2K\\u000dtransfer 1/, 'shown escaped, so nothing is hidden');
+    }
+    t.equal(
+      (JSON.parse(got.answer?.body ?? '{}') as { detail?: string }).detail,
+      evil,
+      'the answer is kept as received',
+    );
+  },
+);
