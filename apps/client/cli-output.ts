@@ -157,7 +157,9 @@ export function checkAdvice(intent: Pick<Intent, 'operation' | 'method' | 'path'
 }
 
 // C0 controls (line breaks and ESC among them), DEL and the C1 controls
-// (U+009B is a one-character escape sequence for some terminals).
+// (U+009B is a one-character escape sequence for some terminals). Matching
+// control characters is this pattern's purpose.
+// eslint-disable-next-line no-control-regex
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/g;
 
 /**

@@ -380,6 +380,7 @@ void t.test(
     t.ok(got, 'recorded');
     if (got === undefined) return;
     for (const line of [resultLine(got, false), outcome(got)]) {
+      // eslint-disable-next-line no-control-regex
       t.notMatch(line, /[\u0000-\u001f\u007f-\u009f]/, `no control character: ${line}`);
       t.match(line, /\\u001b\[2K\\u000dtransfer 1/, 'shown escaped, so nothing is hidden');
     }
