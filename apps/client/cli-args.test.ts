@@ -99,6 +99,25 @@ void t.test('each bad flag or variable is refused in one line naming it', (t) =>
       env,
       /^--base-url must not carry a user name or password/,
     ],
+    // A token file saved with a Windows line end keeps its CR; the token
+    // itself is never echoed.
+    [
+      transfer,
+      { ...env, CLIENT_TOKEN: 'secret-tok\r' },
+      /^CLIENT_TOKEN must be printable ASCII without spaces \(a bearer token\); it holds a carriage return or line feed \(a token file saved with a Windows line end\?\)$/,
+    ],
+    [
+      [...transfer, '--token', 'secret tok'],
+      env,
+      /^--token must be printable ASCII without spaces \(a bearer token\); it holds a space or a character outside ASCII$/,
+    ],
+    [
+      [...transfer, '--token', 'sécret'],
+      env,
+      /^--token must be printable ASCII without spaces \(a bearer token\); it holds a space or a character outside ASCII$/,
+    ],
+    [[...transfer, '--amount', '6'], env, /^--amount is given twice: give it once$/],
+    [[...transfer, '--json', '--json'], env, /^--json is given twice: give it once$/],
     [transfer, { ...env, CLIENT_KEY_TTL: '24 hours' }, /^CLIENT_KEY_TTL must be a duration/],
     [[...transfer, '--key-ttl', '0s'], env, /^--key-ttl must be a duration of at least 1ms/],
     [

@@ -135,13 +135,33 @@ function parseInteger(text: string, min: number, max: number): number | undefine
  * @throws UsageError in one line naming the bad flag, variable or command.
  */
 export function parseCommandLine(argv: readonly string[], env: Environment): Command {
-  let parsed: { values: Values; positionals: string[] };
+  let parsed: {
+    values: Values;
+    positionals: string[];
+    tokens: readonly { kind: string; name?: string }[];
+  };
   try {
-    parsed = parseArgs({ args: [...argv], options: OPTIONS, strict: true, allowPositionals: true });
+    parsed = parseArgs({
+      args: [...argv],
+      options: OPTIONS,
+      strict: true,
+      allowPositionals: true,
+      tokens: true,
+    });
   } catch (err) {
     throw new UsageError(parseArgsMessage(err));
   }
   const { values, positionals } = parsed;
+  // parseArgs keeps the last of a repeated flag: `--amount 5 --amount 6`
+  // would state a transfer of 6 without a word. Refused instead.
+  const seen = new Set<string>();
+  for (const token of parsed.tokens) {
+    if (token.kind !== 'option' || token.name === undefined) continue;
+    if (seen.has(token.name)) {
+      throw new UsageError(`--${token.name} is given twice: give it once`);
+    }
+    seen.add(token.name);
+  }
   if (values.help === true || positionals.length === 0) return { kind: 'help' };
   const kind = commandKind(positionals);
   const name = NAMES[kind];
@@ -308,7 +328,19 @@ function sendSettings(
       `${baseUrl.name} is on port ${String(refused)}, one fetch refuses to connect to (a bad port of the Fetch standard), got "${baseUrl.text}": use another port`,
     );
   }
-  const token = required('token').text;
+  const tokenSource = required('token');
+  const token = tokenSource.text;
+  // Sent as `Authorization: Bearer <token>`: a byte Node.js refuses in a
+  // header would otherwise fail every attempt as if the server were
+  // unreachable. The token is never echoed.
+  if (!/^[\x21-\x7e]+$/.test(token)) {
+    const why = /[\r\n]/.test(token)
+      ? 'a carriage return or line feed (a token file saved with a Windows line end?)'
+      : 'a space or a character outside ASCII';
+    throw new UsageError(
+      `${tokenSource.name} must be printable ASCII without spaces (a bearer token); it holds ${why}`,
+    );
+  }
   const duration = (flag: Flag, min: number, timer = false): { ms: number; s: Source } => {
     const s = required(flag);
     const ms = parseDuration(s.text);
