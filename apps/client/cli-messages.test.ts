@@ -15,6 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import t, { type Test } from 'tap';
 import { startTestApp } from '../../test/harness/app.js';
+import { transferIntent } from './client.js';
 import { EXIT, runCli } from './cli.js';
 import { Outbox } from './outbox.js';
 import { BAD_PORTS } from './sender-origin.js';
@@ -106,6 +107,20 @@ void t.test('against the real server', async (t) => {
     t.equal(good.code, EXIT.ok);
     t.match(good.out, /nothing pending/);
   });
+
+  await t.test(
+    'a drain that settled a refused intent exits 1, as the transfer would',
+    async (t) => {
+      // `client outbox drain && echo paid` must not take a refused transfer as paid.
+      const file = path.join(await tempDir(t), 'refused.sqlite');
+      const outbox = Outbox.open(file);
+      outbox.enqueue(transferIntent({ from_account_id: A, to_account_id: B, amount: 3 }));
+      outbox.close();
+      const r = await run(['outbox', 'drain', '--outbox', file], env);
+      t.equal(r.code, EXIT.rejected, r.out + r.err);
+      t.match(r.out, /1 settled \(0 failed, 1 refused\), 0 pending/);
+    },
+  );
 
   await t.test('an unreachable server: the reason in the final line', async (t) => {
     const gone = { ...env, CLIENT_BASE_URL: `http://127.0.0.1:${String(await closedPort())}` };

@@ -309,6 +309,9 @@ function drainResult(report: DrainReport, s: SendSettings, out: Output): number 
   let code: number = EXIT.ok;
   if (report.stoppedBy !== 'empty') code = stopExit(report.stoppedBy);
   else if (report.settled.some((i) => i.state === 'failed')) code = EXIT.failed;
+  // A marked refusal leaves the intent done, and the drain must not exit 0
+  // for it: `client outbox drain && echo paid` would take it as paid.
+  else if (report.settled.some((i) => intentVerdict(i) === 'rejected')) code = EXIT.rejected;
   if (s.json) {
     out.stdout.write(
       `${JSON.stringify({
@@ -332,8 +335,9 @@ function drainResult(report: DrainReport, s: SendSettings, out: Output): number 
     );
   }
   const failed = report.settled.filter((i) => i.state === 'failed').length;
+  const refused = report.settled.filter((i) => intentVerdict(i) === 'rejected').length;
   out.stdout.write(
-    `${String(report.settled.length)} settled (${String(failed)} failed), ${String(report.pending)} pending${report.unreached === undefined ? '' : `: the server was not reached: ${report.unreached}`}${report.pending > 0 ? `${report.unreached === undefined ? ':' : ';'} "client outbox drain" sends them later with the same keys` : ''}\n`,
+    `${String(report.settled.length)} settled (${String(failed)} failed${refused > 0 ? `, ${String(refused)} refused` : ''}), ${String(report.pending)} pending${report.unreached === undefined ? '' : `: the server was not reached: ${report.unreached}`}${report.pending > 0 ? `${report.unreached === undefined ? ':' : ';'} "client outbox drain" sends them later with the same keys` : ''}\n`,
   );
   if (report.halt !== undefined) out.stderr.write(`client: ${printable(report.halt)}\n`);
   return code;
