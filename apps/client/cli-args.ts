@@ -10,6 +10,7 @@ import {
   type Environment,
   type SendSettings,
 } from './cli-command.js';
+import { bearerToken, parseArgsMessage, type Source } from './cli-usage.js';
 import { checkKey } from './outbox.js';
 import { badPort } from './sender-origin.js';
 
@@ -111,13 +112,6 @@ export function parseDuration(text: string): number | undefined {
   if (m === null) return undefined;
   const ms = Number(m[1]) * (UNIT_MS[m[2] ?? ''] ?? 0);
   return Number.isSafeInteger(ms) ? ms : undefined;
-}
-
-/** A setting's value and where it came from, for messages. */
-interface Source {
-  readonly text: string;
-  /** `--flag`, the variable's name, or `--flag (default)`. */
-  readonly name: string;
 }
 
 function parseInteger(text: string, min: number, max: number): number | undefined {
@@ -290,21 +284,6 @@ function commandKind(positionals: readonly string[]): Exclude<Command['kind'], '
   return kind;
 }
 
-function parseArgsMessage(err: unknown): string {
-  const code = (err as { code?: unknown }).code;
-  const text = err instanceof Error ? err.message : String(err);
-  const option = /'(-[^' ]+)/.exec(text)?.[1];
-  if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' && option !== undefined) {
-    return `unknown flag ${option}`;
-  }
-  if (code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && option !== undefined) {
-    return /ambiguous/.test(text)
-      ? `${option}: write a value that starts with "-" as ${option}=VALUE`
-      : `${option} needs a value`;
-  }
-  return text.split('\n')[0] ?? text;
-}
-
 function sendSettings(
   common: CommonSettings,
   required: (flag: Flag) => Source,
@@ -330,17 +309,7 @@ function sendSettings(
   }
   const tokenSource = required('token');
   const token = tokenSource.text;
-  // Sent as `Authorization: Bearer <token>`: a byte Node.js refuses in a
-  // header would otherwise fail every attempt as if the server were
-  // unreachable. The token is never echoed.
-  if (!/^[\x21-\x7e]+$/.test(token)) {
-    const why = /[\r\n]/.test(token)
-      ? 'a carriage return or line feed (a token file saved with a Windows line end?)'
-      : 'a space or a character outside ASCII';
-    throw new UsageError(
-      `${tokenSource.name} must be printable ASCII without spaces (a bearer token); it holds ${why}`,
-    );
-  }
+  bearerToken(tokenSource);
   const duration = (flag: Flag, min: number, timer = false): { ms: number; s: Source } => {
     const s = required(flag);
     const ms = parseDuration(s.text);

@@ -337,7 +337,7 @@ function drainResult(report: DrainReport, s: SendSettings, out: Output): number 
   const failed = report.settled.filter((i) => i.state === 'failed').length;
   const refused = report.settled.filter((i) => intentVerdict(i) === 'rejected').length;
   out.stdout.write(
-    `${String(report.settled.length)} settled (${String(failed)} failed${refused > 0 ? `, ${String(refused)} refused` : ''}), ${String(report.pending)} pending${report.unreached === undefined ? '' : `: the server was not reached: ${report.unreached}`}${report.pending > 0 ? `${report.unreached === undefined ? ':' : ';'} "client outbox drain" sends them later with the same keys` : ''}\n`,
+    `${String(report.settled.length)} settled (${String(failed)} failed${refused > 0 ? `, ${String(refused)} refused` : ''}), ${String(report.pending)} pending${report.unreached === undefined ? '' : `: the server was not reached: ${printable(report.unreached)}`}${report.pending > 0 ? `${report.unreached === undefined ? ':' : ';'} "client outbox drain" sends them later with the same keys` : ''}\n`,
   );
   if (report.halt !== undefined) out.stderr.write(`client: ${printable(report.halt)}\n`);
   return code;

@@ -265,3 +265,39 @@ void t.test(
     t.not(client.state(transferIntent({ ...BODY, amount: 8 })).intent.key, done.key);
   },
 );
+
+void t.test(
+  'a pending equal intent is named before an older reported one of unknown outcome',
+  async (t) => {
+    // The old one was printed as outcome unknown, checked, and stated
+    // again on purpose; the new one is still pending. A rerun must be told
+    // of the pending one, never offered again beside it.
+    const file = await tempFile(t);
+    const client = open(file);
+    t.teardown(() => {
+      client.close();
+    });
+    const old = client.state(transferIntent(BODY)).intent;
+    client.outbox.recordAttempt(old.seq, 1, 5);
+    client.outbox.recordFinal(old.seq, {
+      attempts: 1,
+      state: 'failed',
+      failure: 'outcome_unknown',
+      answer: { status: 404, replayed: false, marked: false, headers: {}, body: '{}' },
+      now: 6,
+    });
+    client.outbox.markReported(old.seq, 7);
+    const pending = client.state(transferIntent(BODY), { again: true }).intent;
+    const refused = (() => {
+      try {
+        client.state(transferIntent(BODY));
+      } catch (err) {
+        return err;
+      }
+      return undefined;
+    })();
+    t.type(refused, EqualIntentError);
+    t.equal((refused as EqualIntentError).intent.key, pending.key, 'the pending one is named');
+    t.match((refused as Error).message, /is pending/);
+  },
+);

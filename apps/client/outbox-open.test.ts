@@ -220,7 +220,29 @@ void t.test(
     });
     await t.rejects(fs.stat(path.join(path.dirname(link), 'target.sqlite')), 'no target made');
 
+    // A -wal file beside it that others may write: SQLite would read its
+    // pages into the database as it opens it.
+    const beside = await tempFile(t, 'beside.sqlite');
+    Outbox.open(beside).close();
+    await fs.writeFile(`${beside}-wal`, '');
+    await fs.chmod(`${beside}-wal`, 0o666);
+    t.throws(() => Outbox.open(beside), {
+      name: 'OutboxOpenError',
+      message:
+        /^cannot open outbox .*beside\.sqlite: other users may write its -wal file \(mode 0666\)/,
+    });
+
     if (process.getuid?.() === 0) {
+      // A link another user owns could be pointed elsewhere after the check.
+      const mine = await tempFile(t, 'mine.sqlite');
+      Outbox.open(mine).close();
+      const theirs = path.join(path.dirname(mine), 'theirs.sqlite');
+      await fs.symlink(mine, theirs);
+      await fs.lchown(theirs, 65534, 65534);
+      t.throws(() => Outbox.open(theirs), {
+        name: 'OutboxOpenError',
+        message: /^cannot open outbox .*theirs\.sqlite: its symbolic link belongs to user 65534/,
+      });
       // Made by another user first (in a shared directory such as /tmp).
       const foreign = await tempFile(t, 'foreign.sqlite');
       Outbox.open(foreign).close();

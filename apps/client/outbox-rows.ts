@@ -42,13 +42,16 @@ select * from intents i
  * rerun of the command that printed "outcome unknown" would otherwise
  * state a second transfer under a new key. Its condition is the partial
  * index `intents_unreported`'s (outbox-schema.ts), so it reads that index,
- * which holds only such rows.
+ * which holds only such rows. A pending one first, then one never
+ * reported, then the oldest: an old reported intent of unknown outcome must
+ * not hide a newer equal one that is still pending (stated with again),
+ * or the refusal would name the old one and a second again would send both.
  * Parameters: operation, path, method, body (null for none).
  */
 export const UNREPORTED_EQUAL_SQL = `select * from intents
  where (state = 'pending' or reported_at is null or failure in ('outcome_unknown', 'expired'))
    and operation = ? and path = ? and method = ? and body is ?
- order by seq limit 1`;
+ order by state = 'pending' desc, reported_at is null desc, seq limit 1`;
 
 /**
  * Reads a row of `intents`.

@@ -98,6 +98,35 @@ export function attemptStarted(
 }
 
 /**
+ * A key lifetime seen for an intent that was attempted, without a new
+ * attempt; see {@link Outbox.recordKeyLifetime}.
+ *
+ * @param db the open database.
+ * @param file the file's path, for messages.
+ * @param seq the intent.
+ * @param keyLifetimeMs the lifetime in force now.
+ * @param now the current time in milliseconds since the epoch.
+ * @throws OutboxError when no pending intent has that number.
+ */
+export function keyLifetimeSeen(
+  db: DatabaseSync,
+  file: string,
+  seq: number,
+  keyLifetimeMs: number,
+  now: number,
+): void {
+  change(
+    db,
+    file,
+    seq,
+    `update intents set key_lifetime_ms = min(coalesce(key_lifetime_ms, ?), ?)
+      where seq = ? and state = 'pending'`,
+    [keyLifetimeMs, keyLifetimeMs, seq],
+    now,
+  );
+}
+
+/**
  * An attempt is to be repeated; see {@link Outbox.recordRetry}.
  *
  * @param db the open database.

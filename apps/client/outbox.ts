@@ -8,10 +8,9 @@
  * the lock when the process dies, SIGKILL included, so a crash never leaves a
  * stale lock behind.
  *
- * node:sqlite is loaded when the first outbox is opened (through
- * `process.getBuiltinModule`), not when this module is imported, so a
- * program can filter the ExperimentalWarning some Node.js 24 releases print
- * for it before it appears (see warnings.ts).
+ * node:sqlite is loaded when the first outbox is opened, not when this
+ * module is imported, so a program can filter the ExperimentalWarning some
+ * Node.js 24 releases print for it first (warnings.ts).
  */
 import type { DatabaseSync } from 'node:sqlite';
 import { OutboxError, OutboxPrincipalError, storageError } from './outbox-errors.js';
@@ -28,6 +27,7 @@ import { openDatabase, quickCheck, readStorage } from './outbox-open.js';
 import { LANE_HEADS, UNREPORTED_EQUAL_SQL, parseRow } from './outbox-rows.js';
 import {
   attemptStarted,
+  keyLifetimeSeen,
   expired,
   raiseHighWater,
   reported,
@@ -55,8 +55,8 @@ export class Outbox {
   }
 
   /**
-   * Opens (or creates) an outbox file and takes its lock; a file of schema
-   * version 1, 2 or 3 is migrated to version 4 in one transaction.
+   * Opens (or creates) an outbox file and takes its lock; a file of an
+   * older schema version is migrated to version 6 in one transaction.
    *
    * @param file the file's path; a new file is created (its folder must
    *   exist) unless `options.create` is false.
@@ -65,11 +65,10 @@ export class Outbox {
    * @throws OutboxLockedError when another connection holds the file.
    * @throws OutboxDamagedError when a page read while opening is damaged.
    * @throws OutboxOpenError when the file cannot be opened, is not a SQLite
-   *   database, holds other tables, was written by a newer client, or is of
-   *   an older schema version and its migration to version 4 failed (it is
-   *   left as it was); when it is `:memory:` or a `file:` URI, or its journal mode does not become WAL
-   *   (an in-memory or temporary database); when `options.create` is false
-   *   and the file is missing or empty.
+   *   database, holds other tables, was written by a newer client, or its
+   *   migration failed (it is left as it was); when it is `:memory:`, a
+   *   `file:` URI, or not WAL (in memory or temporary); another user's or
+   *   writable by others; missing or empty when `options.create` is false.
    */
   static open(file: string, options: OutboxOptions = {}): Outbox {
     return new Outbox(file, openDatabase(file, options), options.clock ?? Date.now);
@@ -212,14 +211,11 @@ export class Outbox {
    * @param seq the intent.
    * @param attempts the attempts made so far, this one included.
    * @param now the current time in milliseconds since the epoch.
-   * @param serverTime the server's time now, as far as it is known; kept
-   *   as the intent's {@link Intent.serverAnchor} when this is its first
-   *   attempt (no attempt counted or cut off before) and it has none yet:
-   *   a server time seen at a later attempt may be after the server's first
-   *   sight of the key, and would understate its age.
+   * @param serverTime the server's time now, when known: the intent's
+   *   {@link Intent.serverAnchor} on its first attempt only (a later one's
+   *   may be after the server's first sight of the key).
    * @param keyLifetimeMs the key lifetime in force now, when known: the
-   *   intent keeps the shortest one it was attempted under
-   *   ({@link Intent.keyLifetimeMs}).
+   *   shortest one stays ({@link Intent.keyLifetimeMs}).
    * @throws OutboxError when no pending intent has that number.
    */
   recordAttempt(
@@ -230,6 +226,19 @@ export class Outbox {
     keyLifetimeMs?: number,
   ): void {
     attemptStarted(this.open, this.file, seq, attempts, now, serverTime, keyLifetimeMs);
+  }
+
+  /**
+   * Keeps a key lifetime seen without an attempt (a drain held the
+   * intent): the shortest stays, as {@link recordAttempt} keeps it.
+   *
+   * @param seq the intent.
+   * @param keyLifetimeMs the lifetime in force now.
+   * @param now the current time in milliseconds since the epoch.
+   * @throws OutboxError when no pending intent has that number.
+   */
+  recordKeyLifetime(seq: number, keyLifetimeMs: number, now: number): void {
+    keyLifetimeSeen(this.open, this.file, seq, keyLifetimeMs, now);
   }
 
   /**
@@ -286,10 +295,9 @@ export class Outbox {
   }
 
   /**
-   * Records that the final result of a settled intent was printed to the
-   * caller, so an equal command run again is not refused for it (the
-   * command line refuses an equal intent that is pending, or settled but
-   * not reported). Nothing is written for a pending intent.
+   * Records that a settled intent's final result was printed, so an equal
+   * intent is not refused for it unless it may have taken effect
+   * (outbox-rows.ts). Nothing is written for a pending intent.
    *
    * @param seq the intent.
    * @param now the current time in milliseconds since the epoch.
@@ -299,11 +307,9 @@ export class Outbox {
   }
 
   /**
-   * The latest time the outbox has seen: the largest clock value it recorded
-   * (an intent stated, an attempt started, a final state) and the latest
-   * server `Date` given to {@link observeTime}. A key's age counts up to at
-   * least this time, so a clock stepped back does not make an old key look
-   * young.
+   * The latest time the outbox has seen (its own records, and server
+   * `Date`s given to {@link observeTime}): a key's age counts up to at least
+   * this, so a clock stepped back does not make an old key look young.
    *
    * @returns milliseconds since the epoch; 0 before anything was recorded.
    */
@@ -314,9 +320,8 @@ export class Outbox {
   }
 
   /**
-   * Raises the high-water mark of time ({@link highWater}) to a time seen
-   * elsewhere, e.g. a server's `Date` header, when it is later. Nothing is
-   * written otherwise.
+   * Raises the high-water mark ({@link highWater}) to a later time seen
+   * elsewhere, e.g. a server's `Date`; nothing is written otherwise.
    *
    * @param ms the time, in milliseconds since the epoch.
    */

@@ -61,6 +61,10 @@ export async function attempt(
     // fixes the lifetime or the margin (the sender's warning says which).
     state.lifetimeTooShort ??= `the key lifetime in force, ${String(inForceMs / 1000)}s (the server's Idempotency-Key-Lifetime, or --key-ttl), is not longer than --ttl-margin ${String(ttlMarginMs / 1000)}s: nothing was sent and every intent is still pending; lower --ttl-margin, or fix what sends that lifetime`;
     state.held.add(intent.seq);
+    // An intent sent before keeps the short lifetime: its key may be gone
+    // by it, and a longer lifetime told later must not make it look young.
+    if (intent.attempts > 0 || intent.attemptStartedAt !== null)
+      outbox.recordKeyLifetime(intent.seq, inForceMs, ctx.clock());
     return undefined;
   }
   state.attemptedHere.add(intent.seq);

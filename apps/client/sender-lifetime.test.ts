@@ -235,3 +235,93 @@ void t.test(
     t.same(later, [{ state: 'failed', failure: 'expired' }]);
   },
 );
+
+void t.test(
+  'a lifetime too short to send under, seen while an attempted intent is held, is kept for it: a later longer one is not believed',
+  async (t) => {
+    // The server keeps keys 24 hours when the first attempt goes out (and
+    // fails with a 503), then an operator raises it to 48 hours: the key's
+    // row, if any, still expires 24 hours after its first sight.
+    let lifetime = String(24 * 3600);
+    let failing = true;
+    const posts: string[] = [];
+    const clock = { now: START };
+    const srv = http.createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.sendDate = false;
+        const headers = {
+          'content-type': 'application/json; charset=utf-8',
+          date: new Date(clock.now).toUTCString(),
+          'idempotency-key-lifetime': lifetime,
+        };
+        if (req.url === '/api/v1/me') {
+          res.writeHead(200, headers);
+          res.end('{"id":"p1","kind":"user","display_name":"P"}');
+          return;
+        }
+        posts.push(String(req.headers['idempotency-key']));
+        if (failing) {
+          res.writeHead(503, { ...headers, 'content-type': 'application/problem+json' });
+          res.end('{"code":"service_unavailable","status":503,"detail":"try later"}');
+          return;
+        }
+        res.writeHead(201, { ...headers, 'idempotent-replay': 'false' });
+        res.end('{"id":"t1"}');
+      });
+    });
+    srv.listen(0, '127.0.0.1');
+    await once(srv, 'listening');
+    t.teardown(() => {
+      srv.closeAllConnections();
+      srv.close();
+    });
+    const { port } = srv.address() as AddressInfo;
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'client-lifetime-'));
+    const file = path.join(dir, 'outbox.sqlite');
+    t.teardown(() => fs.rm(dir, { recursive: true, force: true }));
+    const run = async (deadline: number) => {
+      // Each drain in a process of its own: a new sender on the same file.
+      const outbox = Outbox.open(file, { clock: () => clock.now });
+      try {
+        const sender = new Sender({
+          outbox,
+          baseUrl: `http://127.0.0.1:${String(port)}`,
+          token: 'tok',
+          ttlMarginMs: H,
+          timeoutMs: 2_000,
+          concurrency: 1,
+          backoff: { baseMs: 100, capMs: 1_000, maxRetryAfterMs: 1_000 },
+          clock: () => clock.now,
+          random: () => 0.5,
+          sleep: async (ms) => {
+            clock.now += ms;
+            await Promise.resolve();
+          },
+        });
+        await sender.drain({ deadline });
+        return outbox.list().map((i) => ({ state: i.state, failure: i.failure }));
+      } finally {
+        outbox.close();
+      }
+    };
+    const first = Outbox.open(file, { clock: () => clock.now });
+    const { intent } = first.enqueue({ operation: 'op', method: 'POST', path: '/x', body: {} });
+    first.close();
+    t.same(await run(clock.now + 1), [{ state: 'pending', failure: null }], 'sent once, 503');
+    t.equal(posts.length, 1);
+    // A short lifetime now: the drain holds the intent, sends nothing, and
+    // the intent keeps that lifetime, since the server may have purged
+    // its key by it.
+    lifetime = '3600';
+    clock.now += 60_000;
+    t.same(await run(clock.now + 1), [{ state: 'pending', failure: null }], 'held, not failed');
+    t.equal(posts.length, 1, 'not sent while held');
+    lifetime = String(24 * 3600);
+    failing = false;
+    clock.now += 2 * H;
+    const later = await run(clock.now + 60_000);
+    t.same(posts, [intent.key], 'never sent again: its key may be gone after 1 hour');
+    t.same(later, [{ state: 'failed', failure: 'expired' }]);
+  },
+);
