@@ -157,10 +157,12 @@ export function checkAdvice(intent: Pick<Intent, 'operation' | 'method' | 'path'
 }
 
 // C0 controls (line breaks and ESC among them), DEL and the C1 controls
-// (U+009B is a one-character escape sequence for some terminals). Matching
-// control characters is this pattern's purpose.
+// (U+009B is a one-character escape sequence for some terminals), the line
+// and paragraph separators, and the bidirectional embeddings, overrides and
+// isolates, which can show a line's words in another order than they are.
+// Matching control characters is this pattern's purpose.
 // eslint-disable-next-line no-control-regex
-const CONTROL = /[\u0000-\u001f\u007f-\u009f]/g;
+const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
 
 /**
  * A text for the terminal with every control character written as its

@@ -367,7 +367,8 @@ void t.test(
     // overwrite the line it is in with a fake "201 created" result.
     const s = await setup(t);
     const { intent } = s.outbox.enqueue(transfer(2500));
-    const evil = 'x\u001b[2K\rtransfer 1: 201 created: moved 2500\n\u009b31m\u0007';
+    const evil =
+      'x\u001b[2K\rtransfer 1: 201 created: moved 2500\n\u009b31m\u0007 \u202eorez\u2066\u2028';
     s.script.push(
       json(
         422,
@@ -380,8 +381,13 @@ void t.test(
     t.ok(got, 'recorded');
     if (got === undefined) return;
     for (const line of [resultLine(got, false), outcome(got)]) {
-      // eslint-disable-next-line no-control-regex
-      t.notMatch(line, /[\u0000-\u001f\u007f-\u009f]/, `no control character: ${line}`);
+      t.notMatch(
+        line,
+        // eslint-disable-next-line no-control-regex
+        /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/,
+        `no control, separator or bidirectional character: ${line}`,
+      );
+      t.match(line, /\\u202eorez\\u2066\\u2028/, 'the bidirectional ones shown escaped');
       t.match(line, /\\u001b\[2K\\u000dtransfer 1/, 'shown escaped, so nothing is hidden');
     }
     t.equal(
