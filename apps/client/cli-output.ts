@@ -159,23 +159,26 @@ export function checkAdvice(intent: Pick<Intent, 'operation' | 'method' | 'path'
 // C0 controls (line breaks and ESC among them), DEL and the C1 controls
 // (U+009B is a one-character escape sequence for some terminals), the line
 // and paragraph separators, and the bidirectional embeddings, overrides and
-// isolates, which can show a line's words in another order than they are.
-// Matching control characters is this pattern's purpose.
+// isolates, which can show a line's words in another order than they are;
+// and the backslash, which begins the escapes written for them. Matching control characters is this pattern's purpose.
 // eslint-disable-next-line no-control-regex
-const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069\\]/g;
 
 /**
  * A text for the terminal with every control character written as its
  * `\uXXXX` escape: a server's or gateway's words (a problem's code and
  * detail, an error) could otherwise move the cursor, clear the line and
  * print a result that is not the one recorded, or split the one line a
- * result is.
+ * result is. A backslash is doubled, so a server's own `\u001b` is not
+ * read as an escape of ours.
  *
  * @param text any text.
  * @returns the text, controls escaped.
  */
 export function printable(text: string): string {
-  return text.replace(CONTROL, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  return text.replace(CONTROL, (c) =>
+    c === '\\' ? '\\\\' : `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+  );
 }
 
 /**
@@ -250,7 +253,7 @@ function progressText(event: SendEvent): string {
     case 'retry':
       return `attempt ${String(event.attempt)} of ${event.operation}${event.key === null ? '' : ` ${event.key}`}: ${event.error}; next attempt in ${seconds(event.delayMs)}`;
     case 'settled':
-      return `settled ${event.intent.operation} ${event.intent.key}: ${outcome(event.intent)}`;
+      return `settled ${event.intent.operation} ${event.intent.key}: ${outcomeText(event.intent)}`;
     case 'expired':
       return `expired ${event.intent.operation} ${event.intent.key} (${seconds(event.ageMs)} old): not sent`;
     case 'halted':
@@ -279,7 +282,7 @@ function resultText(intent: Intent, fromOutbox: boolean, unreached?: string): st
     const why = unreached === undefined ? '' : `: the server was not reached: ${unreached}`;
     return `${prefix}: still pending (attempts ${String(intent.attempts)}${intent.lastError === null ? '' : `, last: ${intent.lastError}`})${why}; "client outbox drain" (or this command with --key ${intent.key}) sends it with the same key`;
   }
-  if (intent.state === 'failed') return `${prefix}: FAILED: ${outcome(intent)}`;
+  if (intent.state === 'failed') return `${prefix}: FAILED: ${outcomeText(intent)}`;
   if (a !== null && a.status >= 200 && a.status < 300) {
     const parsed = parseOr(a.body);
     const replay = a.replayed ? ' (a replay of the stored answer)' : '';
@@ -297,7 +300,7 @@ function resultText(intent: Intent, fromOutbox: boolean, unreached?: string): st
     }
     return `${prefix}: ${String(a.status)} created: transfer ${String(body['id'])} moved ${String(body['amount'])} from ${String(body['from_account_id'])} to ${String(body['to_account_id'])}${replay}${again}`;
   }
-  return `${prefix}: refused: ${outcome(intent)}${again}`;
+  return `${prefix}: refused: ${outcomeText(intent)}${again}`;
 }
 
 /**

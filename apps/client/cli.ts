@@ -113,13 +113,18 @@ function senderOptions(s: SendSettings, out: Output): Omit<SenderOptions, 'outbo
         s.json ? `${JSON.stringify(eventJson(event))}\n` : `${progressLine(event)}\n`,
       );
     },
-    onWarning: (detail) => {
-      out.stderr.write(
-        s.json
-          ? `${JSON.stringify({ event: 'warning', detail })}\n`
-          : `client: warning: ${detail}\n`,
-      );
-    },
+    onWarning: warning(s.json, out),
+  };
+}
+
+/** Writes a warning as one line on standard error, JSON with `--json`. */
+function warning(json: boolean, out: Output): (detail: string) => void {
+  return (detail) => {
+    out.stderr.write(
+      json
+        ? `${JSON.stringify({ event: 'warning', detail })}\n`
+        : `client: warning: ${printable(detail)}\n`,
+    );
   };
 }
 
@@ -275,7 +280,10 @@ function list(command: Extract<Command, { kind: 'outbox-list' }>, out: Output): 
   const { settings } = command;
   // A listing reads an outbox; it never makes one (a mistyped path would
   // list a new, empty outbox and leave the file behind).
-  const outbox = Outbox.open(settings.outbox, { create: false });
+  const outbox = Outbox.open(settings.outbox, {
+    create: false,
+    onWarning: warning(settings.json, out),
+  });
   try {
     // A listing reads every row; the check reads every page, indexes
     // included, so it finds the damage a drain would meet in them.

@@ -231,7 +231,10 @@ export class LedgerClient {
    */
   static open(options: LedgerClientOptions): LedgerClient {
     const { file, ...rest } = options;
-    const outbox = Outbox.open(file, rest.clock === undefined ? {} : { clock: rest.clock });
+    const outbox = Outbox.open(file, {
+      ...(rest.clock === undefined ? {} : { clock: rest.clock }),
+      ...(rest.onWarning === undefined ? {} : { onWarning: rest.onWarning }),
+    });
     try {
       return new LedgerClient(outbox, new Sender({ ...rest, outbox }));
     } catch (err) {

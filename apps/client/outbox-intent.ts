@@ -182,6 +182,13 @@ export interface OutboxOptions {
    * left as it was.
    */
   readonly create?: boolean;
+  /**
+   * Told when the outbox's file system keeps no file modes (a Windows
+   * drive under WSL, vfat), so whether other users may read or write the
+   * file could not be checked; default a process warning
+   * (`OUTBOX_MODES_UNCHECKED`).
+   */
+  readonly onWarning?: (detail: string) => void;
 }
 
 /** The storage settings of an open outbox, as SQLite reports them. */

@@ -1,7 +1,7 @@
 /**
  * Opening an outbox file: refusals of what is no file (`:memory:`, a
  * `file:` URI, a missing file for a reader) and of a file another user
- * owns or may write, the file made 0600 before
+ * owns or may write (outbox-private.ts), a new file made 0600 before
  * SQLite sees it, the settings that make it durable and single-writer (WAL,
  * `synchronous = FULL`, `locking_mode = EXCLUSIVE`), the schema made or
  * migrated (outbox-schema.ts) in one transaction, and SQLite's errors while
@@ -18,13 +18,14 @@ import {
   storageError,
 } from './outbox-errors.js';
 import type { OutboxOptions, StorageSettings } from './outbox-intent.js';
+import { privateFile } from './outbox-private.js';
 import { prepareSchema } from './outbox-schema.js';
 
 // A built-in through process.getBuiltinModule, not an ES import: the import
 // reads every export of the module, lazy ones included, which costs the
 // command line's start-up (docs/DECISIONS.md, "The client sends with
 // node:http").
-const { accessSync, chmodSync, closeSync, constants, lstatSync, openSync, realpathSync, statSync } =
+const { accessSync, closeSync, constants, openSync, statSync } =
   process.getBuiltinModule('node:fs');
 
 const SYNCHRONOUS = ['off', 'normal', 'full', 'extra'];
@@ -64,81 +65,6 @@ function createPrivate(file: string): void {
     throw new OutboxOpenError(`cannot open outbox ${file}: ${message(err)}`);
   }
   closeSync(fd);
-}
-
-/**
- * Checks that the outbox file is this user's alone, before SQLite opens it.
- * Its intents are sent with this user's token: a file another user made
- * first (in a shared directory such as /tmp) or may write could hold a
- * request this user never stated. So a file of another owner, or one that
- * group or others may write, is refused (as ssh refuses such a key file);
- * one they may only read (an older client made its files 0644) is made
- * 0600, since it holds answers and the principal's id. A symbolic link to
- * a missing file is refused: SQLite would make its target with its
- * default mode. Windows keeps no such bits: nothing is checked there.
- *
- * The link's owner and the files SQLite keeps beside the outbox (`-wal`,
- * `-journal`, `-shm`) are checked the same way, and the path returned, the
- * link resolved, is the one SQLite opens.
- *
- * @param file the outbox's path.
- * @returns the path to open: the file's real path once checked.
- * @throws OutboxOpenError naming the owner, the mode or the link.
- */
-function privateFile(file: string): string {
-  if (process.platform === 'win32') return file;
-  const link = lstatSync(file, { throwIfNoEntry: false });
-  if (link === undefined) return file;
-  const uid = process.getuid?.();
-  const foreign = (what: string, owner: number): OutboxOpenError =>
-    new OutboxOpenError(
-      `cannot open outbox ${file}: ${what} belongs to user ${String(owner)}, not to this user (${String(uid)}): another user could have written intents into it; use a file of your own`,
-    );
-  // A link another user owns could be pointed elsewhere after this check.
-  if (link.isSymbolicLink() && uid !== undefined && link.uid !== uid) {
-    throw foreign('its symbolic link', link.uid);
-  }
-  let real: string | undefined;
-  try {
-    real = realpathSync(file);
-  } catch {
-    real = undefined;
-  }
-  const stat = real === undefined ? undefined : statSync(real, { throwIfNoEntry: false });
-  if (real === undefined || stat === undefined) {
-    throw new OutboxOpenError(
-      `cannot open outbox ${file}: it is a symbolic link to a missing file; give the target's path, or remove the link`,
-    );
-  }
-  if (!stat.isFile()) return real;
-  const own = (path: string, what: string, st: { uid: number; mode: number }): void => {
-    if (uid !== undefined && st.uid !== uid) throw foreign(what, st.uid);
-    const mode = st.mode & 0o777;
-    if ((mode & 0o022) !== 0) {
-      throw new OutboxOpenError(
-        `cannot open outbox ${file}: other users may write ${what} (mode 0${mode.toString(8)}), so it may hold intents this user never stated: check its intents (outbox list), then chmod 600 ${path}`,
-      );
-    }
-  };
-  own(real, 'it', stat);
-  // SQLite reads the -wal file (and rolls a hot -journal back) into the
-  // database as it opens it: one another user wrote would bring their pages.
-  for (const suffix of ['-wal', '-journal', '-shm']) {
-    const beside = lstatSync(`${real}${suffix}`, { throwIfNoEntry: false });
-    if (beside !== undefined) own(`${real}${suffix}`, `its ${suffix} file`, beside);
-  }
-  const mode = stat.mode & 0o777;
-  if ((mode & 0o077) !== 0) {
-    try {
-      chmodSync(real, mode & 0o700);
-    } catch (err) {
-      throw new OutboxOpenError(
-        `cannot open outbox ${file}: it is readable by other users (mode 0${mode.toString(8)}) and could not be made 0600: ${message(err)}`,
-      );
-    }
-  }
-  // Opened by the path checked, so a link changed after the check is not followed.
-  return real;
 }
 
 /**
@@ -218,7 +144,12 @@ export function openDatabase(file: string, options: OutboxOptions = {}): Databas
   // An empty name is SQLite's temporary database, refused below by its
   // journal mode; there is no file to make.
   if (create && file !== '') createPrivate(file);
-  const checked = file === '' ? file : privateFile(file);
+  const warn =
+    options.onWarning ??
+    ((detail: string) => {
+      process.emitWarning(detail, { code: 'OUTBOX_MODES_UNCHECKED' });
+    });
+  const checked = file === '' ? file : privateFile(file, warn);
   const { DatabaseSync: Database } = process.getBuiltinModule('node:sqlite');
   let db: DatabaseSync;
   try {

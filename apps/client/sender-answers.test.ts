@@ -368,7 +368,7 @@ void t.test(
     const s = await setup(t);
     const { intent } = s.outbox.enqueue(transfer(2500));
     const evil =
-      'x\u001b[2K\rtransfer 1: 201 created: moved 2500\n\u009b31m\u0007 \u202eorez\u2066\u2028';
+      'x\u001b[2K\rtransfer 1: 201 created: moved 2500\n\u009b31m\u0007 \u202eorez\u2066\u2028 \\u001b';
     s.script.push(
       json(
         422,
@@ -389,6 +389,7 @@ void t.test(
       );
       t.match(line, /\\u202eorez\\u2066\\u2028/, 'the bidirectional ones shown escaped');
       t.match(line, /\\u001b\[2K\\u000dtransfer 1/, 'shown escaped, so nothing is hidden');
+      t.match(line, / \\\\u001b/, "the server's backslash doubled: no escape of ours");
     }
     t.equal(
       (JSON.parse(got.answer?.body ?? '{}') as { detail?: string }).detail,

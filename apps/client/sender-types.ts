@@ -52,7 +52,8 @@ export interface SenderOptions {
   /**
    * Receives, in one line, what the caller should know and fix while
    * sending goes on: the key lifetime given (`keyTtlMs`) is not the one the
-   * server tells. Default: none.
+   * server tells. Default: none. `LedgerClient.open` gives it to the
+   * outbox too, which tells it when its file system keeps no modes.
    */
   readonly onWarning?: (detail: string) => void;
 }
