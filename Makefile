@@ -24,7 +24,7 @@ export NAME
 
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: FORCE node-version principal bench soak browser-deps help install build run migrate test check lint typecheck format-check boundaries docs docs-check migrations-check text-check migration-commit clean
+.PHONY: FORCE node-version principal bench soak browser-deps help install build run migrate test check lint typecheck format-check boundaries docs docs-check migrations-check text-check migration-commit clean pack
 
 node-version: ## print the version of the node every step runs with
 	@node --version
@@ -84,6 +84,9 @@ browser-deps: ## install Debian's chromium for the browser test when it is missi
 test: install browser-deps ## run every test against a real PostgreSQL 18
 	$(NODE_BIN)/tap
 
+pack: install ## the idempotency plugin as an npm tarball: dist-pack/fastify-idempotency-<version>.tgz
+	$(NODE_BIN)/tsx scripts/pack-idempotency.ts dist-pack
+
 bench: build ## benchmarks on a durable embedded PostgreSQL 18 (ARGS="--seconds 15 --publish")
 	rm -rf dist-bench
 	$(NODE_BIN)/tsc -p tsconfig.bench.json
@@ -123,4 +126,4 @@ check: install typecheck lint format-check boundaries docs-check migrations-chec
 	$(NODE_BIN)/tap
 
 clean: ## remove build output and local data
-	rm -rf dist dist.next.* dist.old.* dist-bench .tap coverage
+	rm -rf dist dist.next.* dist.old.* dist-bench dist-pack .tap coverage

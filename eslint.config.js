@@ -11,6 +11,7 @@ export default tseslint.config(
       'dist.next.*/**',
       'dist.old.*/**',
       'dist-bench/**',
+      'dist-pack/**',
       '.runtime/**',
       '.tap/**',
       '.data/**',

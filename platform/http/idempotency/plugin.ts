@@ -49,6 +49,14 @@ declare module 'fastify' {
      */
     announceKeyLifetime?: boolean;
   }
+  interface FastifySchema {
+    /**
+     * The operation's id: a keyed route must declare one, stored as its
+     * keys' action. Declared as @fastify/swagger declares it, so an app
+     * without that plugin can write it.
+     */
+    operationId?: string;
+  }
   interface FastifyInstance {
     /** Added by the idempotency plugin. */
     idempotency: IdempotencyDecorator;
