@@ -146,3 +146,38 @@ void t.test('a 2xx whose body is null or not JSON is printed, not a crash', asyn
     t.match(o.out(), /201.*not the JSON object this API answers/);
   }
 });
+
+void t.test(
+  "a server's principal id reaches the terminal escaped when it is not the outbox's",
+  async (t) => {
+    // The first drain binds the outbox to p1; the second meets an id that
+    // would wipe the line and print a reassurance of its own.
+    const ids = ['p1', 'p2\r\u001b[2K\u001b[1Aclient: ok, nothing to worry about\u001b[8m'];
+    const server = http.createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ id: ids.shift() ?? 'p3' }));
+      });
+    });
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    t.teardown(() => {
+      server.closeAllConnections();
+      server.close();
+    });
+    const { port } = server.address() as net.AddressInfo;
+    const env = {
+      CLIENT_OUTBOX: path.join(await tempDir(t), 'outbox.sqlite'),
+      CLIENT_BASE_URL: `http://127.0.0.1:${String(port)}`,
+      CLIENT_TOKEN: 'tok',
+    };
+    t.equal(await runCli(['outbox', 'drain'], env, io()), EXIT.ok);
+    const o = io();
+    t.equal(await runCli(['outbox', 'drain'], env, o), EXIT.outbox);
+    // Matching control characters is the assertion's purpose.
+    // eslint-disable-next-line no-control-regex
+    t.notMatch(o.err(), /[\u0000-\u0009\u000b-\u001f]/, 'no control character but line ends');
+    t.match(o.err(), /belongs to principal p1; .*p2\\u000d\\u001b\[2K/, 'shown escaped');
+  },
+);

@@ -158,11 +158,13 @@ export function checkAdvice(intent: Pick<Intent, 'operation' | 'method' | 'path'
 
 // C0 controls (line breaks and ESC among them), DEL and the C1 controls
 // (U+009B is a one-character escape sequence for some terminals), the line
-// and paragraph separators, and the bidirectional embeddings, overrides and
-// isolates, which can show a line's words in another order than they are;
-// and the backslash, which begins the escapes written for them. Matching control characters is this pattern's purpose.
-// eslint-disable-next-line no-control-regex
-const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069\\]/g;
+// and paragraph separators, and the bidirectional marks, embeddings,
+// overrides and isolates, which can show a line's words in another order
+// than they are; and the backslash, which begins the escapes written for
+// them. Matching control characters is this pattern's purpose.
+const CONTROL =
+  // eslint-disable-next-line no-control-regex
+  /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\\]/g;
 
 /**
  * A text for the terminal with every control character written as its
@@ -292,7 +294,7 @@ function resultText(intent: Intent, fromOutbox: boolean, unreached?: string): st
     // Checked before it is read: the answer is recorded already, and a body
     // that is null, not JSON or not an object must not throw now.
     if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
-      return `${prefix}: ${String(a.status)}, its body not the JSON object this API answers (${JSON.stringify(a.body.slice(0, 200))})${replay}${again}`;
+      return `${prefix}: ${String(a.status)}, its body not the JSON object this API answers ("${a.body.slice(0, 200)}")${replay}${again}`;
     }
     const body = parsed as Record<string, unknown>;
     if (intent.operation === 'createAccount') {

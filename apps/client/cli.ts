@@ -158,12 +158,13 @@ export async function runCli(
   try {
     return await run(command, out, signal);
   } catch (err) {
+    // Their messages can hold a server's words (a principal id, a path).
     if (err instanceof IntentConflictError) {
-      out.stderr.write(`client: ${err.message}\n`);
+      out.stderr.write(`client: ${printable(err.message)}\n`);
       return EXIT.failed;
     }
     if (err instanceof OutboxError) {
-      out.stderr.write(`client: ${err.message}\n`);
+      out.stderr.write(`client: ${printable(err.message)}\n`);
       return EXIT.outbox;
     }
     out.stderr.write(

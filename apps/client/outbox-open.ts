@@ -25,7 +25,7 @@ import { prepareSchema } from './outbox-schema.js';
 // reads every export of the module, lazy ones included, which costs the
 // command line's start-up (docs/DECISIONS.md, "The client sends with
 // node:http").
-const { accessSync, closeSync, constants, openSync, statSync } =
+const { accessSync, closeSync, constants, openSync, rmSync, statSync } =
   process.getBuiltinModule('node:fs');
 
 const SYNCHRONOUS = ['off', 'normal', 'full', 'extra'];
@@ -51,20 +51,22 @@ function message(err: unknown): string {
  * (`-wal`, `-shm`) the mode of the database file. An existing file is left
  * as it is.
  *
+ * @returns whether the file was made.
  * @param file the outbox's path.
  * @throws OutboxOpenError when the file cannot be made (e.g. its folder
  *   is missing).
  */
-function createPrivate(file: string): void {
+function createPrivate(file: string): boolean {
   let fd: number;
   try {
     fd = openSync(file, 'wx', 0o600);
   } catch (err) {
     const code = (err as { code?: unknown }).code;
-    if (code === 'EEXIST') return;
+    if (code === 'EEXIST') return false;
     throw new OutboxOpenError(`cannot open outbox ${file}: ${message(err)}`);
   }
   closeSync(fd);
+  return true;
 }
 
 /**
@@ -143,13 +145,21 @@ export function openDatabase(file: string, options: OutboxOptions = {}): Databas
   if (file !== '') writableDirectory(file);
   // An empty name is SQLite's temporary database, refused below by its
   // journal mode; there is no file to make.
-  if (create && file !== '') createPrivate(file);
+  const made = create && file !== '' && createPrivate(file);
   const warn =
     options.onWarning ??
     ((detail: string) => {
       process.emitWarning(detail, { code: 'OUTBOX_MODES_UNCHECKED' });
     });
-  const checked = file === '' ? file : privateFile(file, warn);
+  let checked: string;
+  try {
+    checked = file === '' ? file : privateFile(file, warn);
+  } catch (err) {
+    // A refused place keeps no empty file of ours, which a later
+    // `outbox list` would call "empty, not an outbox".
+    if (made) rmSync(file, { force: true });
+    throw err;
+  }
   const { DatabaseSync: Database } = process.getBuiltinModule('node:sqlite');
   let db: DatabaseSync;
   try {

@@ -11,7 +11,12 @@ import os from 'node:os';
 import path from 'node:path';
 import t, { type Test } from 'tap';
 import { Outbox } from './outbox.js';
-import { privateFile, type ModeFileSystem, type ModeStat } from './outbox-private.js';
+import {
+  groupIsPrivate,
+  privateFile,
+  type ModeFileSystem,
+  type ModeStat,
+} from './outbox-private.js';
 
 async function tempDir(t: Test): Promise<string> {
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'client-private-'));
@@ -29,30 +34,60 @@ const NO_MODES_DEV = 424242;
  */
 function noModes(mount: string, shown: number, chmod: 'drvfs' | 'vfat'): ModeFileSystem {
   const inside = (file: string): boolean => file === mount || file.startsWith(`${mount}/`);
+  const opened = new Map<number, string>();
   const shape = (file: string, st: nodeFs.Stats | undefined): ModeStat | undefined => {
     if (st === undefined || !inside(file)) return st;
     return {
       uid: st.uid,
+      gid: st.gid,
       mode: (st.mode & ~0o7777) | shown,
       dev: NO_MODES_DEV,
+      ino: st.ino,
       isFile: () => st.isFile(),
       isSymbolicLink: () => st.isSymbolicLink(),
     };
+  };
+  const change = (file: string, apply: () => void): void => {
+    if (!inside(file)) {
+      apply();
+      return;
+    }
+    if (chmod === 'vfat') {
+      throw Object.assign(new Error(`EPERM: operation not permitted, chmod '${file}'`), {
+        code: 'EPERM',
+      });
+    }
   };
   return {
     lstatSync: (file, options) => shape(file, nodeFs.lstatSync(file, options)),
     statSync: (file, options) => shape(file, nodeFs.statSync(file, options)),
     realpathSync: (file) => nodeFs.realpathSync(file),
     chmodSync: (file, mode) => {
-      if (!inside(file)) {
+      change(file, () => {
         nodeFs.chmodSync(file, mode);
-        return;
-      }
-      if (chmod === 'vfat') {
-        throw Object.assign(new Error(`EPERM: operation not permitted, chmod '${file}'`), {
-          code: 'EPERM',
-        });
-      }
+      });
+    },
+    openSync: (file, flags, mode) => {
+      const fd = nodeFs.openSync(file, flags, mode);
+      opened.set(fd, file);
+      return fd;
+    },
+    fstatSync: (fd) => {
+      const st = shape(opened.get(fd) ?? '', nodeFs.fstatSync(fd));
+      if (st === undefined) throw new Error('no such descriptor');
+      return st;
+    },
+    fchmodSync: (fd, mode) => {
+      change(opened.get(fd) ?? '', () => {
+        nodeFs.fchmodSync(fd, mode);
+      });
+    },
+    closeSync: (fd) => {
+      opened.delete(fd);
+      nodeFs.closeSync(fd);
+    },
+    unlinkSync: (file) => {
+      nodeFs.unlinkSync(file);
     },
   };
 }
@@ -106,7 +141,7 @@ void t.test(
 );
 
 void t.test(
-  'an outbox in a directory others may write, not sticky, is refused; in a sticky one it is opened',
+  'an outbox in a directory others may write is refused, in its own directory even when sticky',
   async (t) => {
     const dir = await tempDir(t);
     const shared = path.join(dir, 'shared');
@@ -117,18 +152,21 @@ void t.test(
     t.throws(() => Outbox.open(file), {
       name: 'OutboxOpenError',
       message:
-        /^cannot open outbox .*outbox\.sqlite: other users may write the directory .*shared \(mode 0777\), so they could swap the outbox for a file of theirs after this check: chmod go-w /,
+        /^cannot open outbox .*outbox\.sqlite: other users may write the directory .*shared \(mode 0777\), so they could swap the outbox for a file of theirs after this check: keep the outbox in a directory of your own/,
     });
-    await fs.chmod(shared, 0o775);
-    t.throws(
-      () => Outbox.open(file),
-      /may write the directory .*shared \(mode 0775\)/,
-      'group too',
-    );
 
-    // In a sticky directory (as /tmp is) only an entry's owner may rename it.
+    // In a sticky directory (as /tmp is) no one else may rename the
+    // outbox, but anyone may create the -wal file SQLite reads beside it.
     await fs.chmod(shared, 0o1777);
-    Outbox.open(file).close();
+    t.throws(() => Outbox.open(file), {
+      name: 'OutboxOpenError',
+      message:
+        /other users may write the directory .*shared \(mode 01777\), so they could create the -wal file SQLite reads beside it/,
+    });
+    // Above the outbox's own directory a sticky one is safe: /tmp/mine/outbox.
+    const mine = path.join(shared, 'mine');
+    await fs.mkdir(mine, { mode: 0o700 });
+    Outbox.open(path.join(mine, 'outbox.sqlite')).close();
 
     // A directory further up counts as much as the outbox's own.
     const nested = path.join(dir, 'a', 'b');
@@ -137,6 +175,11 @@ void t.test(
     Outbox.open(deep).close();
     await fs.chmod(path.join(dir, 'a'), 0o757);
     t.throws(() => Outbox.open(deep), /may write the directory .*\/a \(mode 0757\)/);
+
+    // A new outbox refused for its place leaves no empty file behind.
+    const fresh = path.join(shared, 'new.sqlite');
+    t.throws(() => Outbox.open(fresh), /may write the directory/);
+    t.equal(nodeFs.existsSync(fresh), false, 'the file it made is removed');
 
     if (process.getuid?.() === 0) {
       // A directory another user owns: they may rename its entries.
@@ -155,5 +198,127 @@ void t.test(
         'not root: a directory of another user cannot be made here, its refusal is not run',
       );
     }
+  },
+);
+
+void t.test(
+  "a group-writable directory or file is another user's way in unless the group is private",
+  async (t) => {
+    const dir = await tempDir(t);
+    const group = path.join(dir, 'group');
+    await fs.mkdir(group);
+    const file = path.join(group, 'outbox.sqlite');
+    Outbox.open(file).close();
+    await fs.chmod(group, 0o775);
+    const real = nodeFs.realpathSync(file);
+    t.throws(
+      () =>
+        privateFile(
+          file,
+          () => undefined,
+          undefined,
+          () => false,
+        ),
+      /may write the directory .*group \(mode 0775\)/,
+      'a shared group',
+    );
+    t.equal(
+      privateFile(
+        file,
+        () => undefined,
+        undefined,
+        () => true,
+      ),
+      real,
+      "the user's private group (umask 002 under user private groups)",
+    );
+    await fs.chmod(group, 0o700);
+    await fs.chmod(file, 0o660);
+    t.throws(
+      () =>
+        privateFile(
+          file,
+          () => undefined,
+          undefined,
+          () => false,
+        ),
+      /may write it \(mode 0660\)/,
+    );
+    privateFile(
+      file,
+      () => undefined,
+      undefined,
+      () => true,
+    );
+    t.equal(nodeFs.statSync(file).mode & 0o777, 0o600, 'made 0600 in a private group');
+
+    const user = { name: 'ann', gid: 1000 };
+    const passwd = 'root:x:0:0::/root:/bin/sh\nann:x:1000:1000::/home/ann:/bin/sh\n';
+    t.ok(groupIsPrivate(1000, user, 'root:x:0:\nann:x:1000:\n', passwd), 'no member listed');
+    t.ok(groupIsPrivate(1000, user, 'ann:x:1000:ann\n', passwd), 'the user listed');
+    t.notOk(groupIsPrivate(1000, user, 'ann:x:1000:ann,bob\n', passwd), 'another member');
+    t.notOk(
+      groupIsPrivate(1000, user, 'ann:x:1000:\n', `${passwd}bob:x:1001:1000::/home/bob:/bin/sh\n`),
+      'another user with it as primary group',
+    );
+    t.notOk(groupIsPrivate(1000, user, 'staff:x:50:\n', passwd), 'not in the group file');
+    t.notOk(groupIsPrivate(50, user, 'staff:x:50:\n', passwd), 'not the primary group');
+    t.notOk(
+      groupIsPrivate(1000, user, 'ann:x:1000:\nann2:x:1000:bob\n', passwd),
+      'a second line of the same gid with a member',
+    );
+  },
+);
+
+void t.test(
+  'a file renamed over the outbox while it is checked is not the one accepted',
+  async (t) => {
+    const dir = await tempDir(t);
+    const file = path.join(dir, 'outbox.sqlite');
+    Outbox.open(file).close();
+    await fs.chmod(file, 0o644);
+    const planted = path.join(dir, 'planted.sqlite');
+    Outbox.open(planted).close();
+    // Private, as a user's own older outbox is: only its identity tells it apart.
+    await fs.chmod(planted, 0o600);
+    // Between the check by path and the open, as a racing user would.
+    const racing: ModeFileSystem = {
+      ...nodeFs,
+      lstatSync: (f, o) => nodeFs.lstatSync(f, o),
+      statSync: (f, o) => nodeFs.statSync(f, o),
+      chmodSync: (f, mode) => {
+        nodeFs.chmodSync(f, mode);
+        nodeFs.renameSync(planted, file);
+      },
+    };
+    t.throws(
+      () =>
+        privateFile(
+          file,
+          () => undefined,
+          racing,
+          () => false,
+        ),
+      {
+        name: 'OutboxOpenError',
+        message: /outbox\.sqlite: it was replaced while it was checked/,
+      },
+    );
+  },
+);
+
+void t.test(
+  'the files beside the outbox: a readable one is made 0600, a link is refused',
+  async (t) => {
+    const dir = await tempDir(t);
+    const file = path.join(dir, 'outbox.sqlite');
+    Outbox.open(file).close();
+    await fs.writeFile(`${file}-wal`, '');
+    await fs.chmod(`${file}-wal`, 0o644);
+    privateFile(file, () => undefined);
+    t.equal(nodeFs.statSync(`${file}-wal`).mode & 0o777, 0o600, 'an older -wal made 0600');
+    await fs.rm(`${file}-wal`);
+    await fs.symlink(path.join(dir, 'elsewhere'), `${file}-journal`);
+    t.throws(() => privateFile(file, () => undefined), /its -journal file .* is not a file/);
   },
 );

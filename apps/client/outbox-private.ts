@@ -1,7 +1,7 @@
 /**
  * Whether an outbox file is this user's alone, checked before SQLite opens
- * it: the file, the files SQLite keeps beside it, and every directory on
- * its real path. Its intents are sent with this user's token, so a file
+ * it: the file, every directory on its real path, and the files SQLite
+ * keeps beside it. Its intents are sent with this user's token, so a file
  * another user wrote, or could swap for one of theirs, could hold a
  * request this user never stated. See docs/DECISIONS.md, "The outbox is
  * its owner's alone".
@@ -12,8 +12,10 @@ import { OutboxOpenError } from './outbox-errors.js';
 /** What the check reads of a file or directory. */
 export interface ModeStat {
   readonly uid: number;
+  readonly gid: number;
   readonly mode: number;
   readonly dev: number;
+  readonly ino: number;
   isFile(): boolean;
   isSymbolicLink(): boolean;
 }
@@ -29,13 +31,21 @@ export interface ModeFileSystem {
   statSync(file: string, options: { throwIfNoEntry: false }): ModeStat | undefined;
   realpathSync(file: string): string;
   chmodSync(file: string, mode: number): void;
+  openSync(file: string, flags: string, mode: number): number;
+  fstatSync(fd: number): ModeStat;
+  fchmodSync(fd: number, mode: number): void;
+  closeSync(fd: number): void;
+  unlinkSync(file: string): void;
 }
+
+/** Whether a group is this user's alone, so its write bit lets no one else in. */
+export type GroupCheck = (gid: number) => boolean;
 
 // A built-in through process.getBuiltinModule, not an ES import: the import
 // reads every export of the module, lazy ones included, which costs the
 // command line's start-up (docs/DECISIONS.md, "The client sends with
 // node:http").
-const nodeFs: ModeFileSystem = process.getBuiltinModule('node:fs');
+const nodeFs = process.getBuiltinModule('node:fs');
 
 const STICKY = 0o1000;
 
@@ -48,49 +58,112 @@ function octal(mode: number): string {
 }
 
 /**
- * Whether the file system keeps the file's mode, learnt by making the
- * file its owner's alone (0600 kept of its bits): a file system that
- * keeps no modes ignores the change (it shows the same mode after it) or
- * refuses it (EPERM, ENOTSUP).
+ * Whether group `gid` is the user's private group (Debian and Ubuntu give
+ * each user one, with umask 002, so new directories are group-writable):
+ * the user's primary group, no other member listed in the group file, and
+ * no other user with it as their primary group in the passwd file. A group
+ * the files do not list (one from a directory service) is not private.
  *
- * @returns true when the change was kept (the file is now private).
- * @throws OutboxOpenError when the change failed for another reason.
+ * @param gid the group of a file or directory.
+ * @param user this user's name and primary group.
+ * @param groupFile the text of /etc/group.
+ * @param passwdFile the text of /etc/passwd.
+ * @returns true when only this user is in the group.
  */
-function tighten(fsys: ModeFileSystem, file: string, real: string, mode: number): boolean {
-  try {
-    fsys.chmodSync(real, mode & 0o700);
-  } catch (err) {
-    const code = (err as { code?: unknown }).code;
-    if (code === 'EPERM' || code === 'ENOTSUP') return false;
-    throw new OutboxOpenError(
-      `cannot open outbox ${file}: it is readable by other users (mode ${octal(mode)}) and could not be made 0600: ${message(err)}`,
-    );
+export function groupIsPrivate(
+  gid: number,
+  user: { readonly name: string; readonly gid: number },
+  groupFile: string,
+  passwdFile: string,
+): boolean {
+  if (gid !== user.gid) return false;
+  const fields = (text: string): string[][] =>
+    text
+      .split('\n')
+      .filter((l) => l !== '' && !l.startsWith('#'))
+      .map((l) => l.split(':'));
+  const groups = fields(groupFile).filter((f) => f[2] !== '' && Number(f[2]) === gid);
+  if (groups.length === 0) return false;
+  for (const group of groups) {
+    const members = (group[3] ?? '')
+      .split(',')
+      .map((m) => m.trim())
+      .filter((m) => m !== '');
+    if (members.some((m) => m !== user.name)) return false;
   }
-  const after = fsys.statSync(real, { throwIfNoEntry: false });
-  return after !== undefined && (after.mode & 0o777) === (mode & 0o700);
+  return !fields(passwdFile).some((f) => f[0] !== user.name && f[3] !== '' && Number(f[3]) === gid);
+}
+
+/** The check of this machine's group and passwd files, read once, when first needed. */
+function systemGroupCheck(): GroupCheck {
+  let verdicts: Map<number, boolean> | undefined;
+  return (gid) => {
+    verdicts ??= new Map();
+    const known = verdicts.get(gid);
+    if (known !== undefined) return known;
+    const read = (file: string): string => {
+      try {
+        return nodeFs.readFileSync(file, 'utf8');
+      } catch {
+        return '';
+      }
+    };
+    let name = '';
+    try {
+      name = process.getBuiltinModule('node:os').userInfo().username;
+    } catch {
+      name = '';
+    }
+    const verdict =
+      name !== '' &&
+      groupIsPrivate(
+        gid,
+        { name, gid: process.getgid?.() ?? -1 },
+        read('/etc/group'),
+        read('/etc/passwd'),
+      );
+    verdicts.set(gid, verdict);
+    return verdict;
+  };
+}
+
+/** The group check of this process: the files are read once. */
+const systemGroups = systemGroupCheck();
+
+/** The mode bits through which another user may write: others', and the group's unless it is private. */
+function othersWrite(st: { mode: number; gid: number }, privateGroup: GroupCheck): number {
+  const bits = st.mode & 0o022;
+  return (bits & 0o020) !== 0 && privateGroup(st.gid) ? bits & 0o002 : bits;
 }
 
 /**
  * Checks that the outbox file is this user's alone, before SQLite opens it.
- * A file of another owner, or one that group or others may write, is
+ * A file of another owner, or one that another user may write, is
  * refused (as ssh refuses such a key file); one they may only read (an
  * older client made its files 0644) is made 0600, since it holds answers
  * and the principal's id. A symbolic link to a missing file is refused:
  * SQLite would make its target with its default mode. The link's owner,
- * the files SQLite keeps beside the outbox (`-wal`, `-journal`, `-shm`:
- * it reads their pages into the database as it opens it) and every
- * directory on the real path are checked too: a directory another user
- * owns or may write (and is not sticky, as /tmp is) lets them swap the
- * file, or a directory above it, for theirs after this check.
+ * every directory on the real path (one another user owns or may write
+ * lets them swap the file, or a directory above it, after this check; a
+ * sticky one such as /tmp counts as safe above the outbox's own directory,
+ * never as that directory, where another user could still create the
+ * `-wal` file SQLite reads) and the files SQLite keeps beside the outbox
+ * (`-wal`, `-journal`, `-shm`: it reads their pages into the database as
+ * it opens it) are checked too. A group-writable file or directory is
+ * writable by others unless the group is this user's private group.
  *
- * On a file system that keeps no modes (a Windows drive under WSL shows
- * 0777 and ignores chmod; vfat refuses chmod) the modes say nothing: the
- * owners are still checked, the modes are not, and `warn` is told once.
- * Windows keeps no such bits: nothing is checked there.
+ * The file is the same one (device and inode) after the check as before
+ * it, or it is refused. On a file system that keeps no modes (a Windows
+ * drive under WSL shows 0777 and ignores chmod; vfat refuses it), which a
+ * probe file of the check's own tells, the modes say nothing: the owners
+ * are still checked, the modes are not, and `warn` is told once. Windows keeps no
+ * such bits: nothing is checked there.
  *
  * @param file the outbox's path.
  * @param warn told when the modes could not be checked.
  * @param fsys the file-system calls; node:fs's unless a test gives its own.
+ * @param privateGroup whether a group is this user's alone; this machine's
+ *   group files unless a test gives its own.
  * @returns the path to open: the file's real path once checked, so a link
  *   changed after the check is not followed.
  * @throws OutboxOpenError naming the owner, the mode, the link or the
@@ -100,6 +173,7 @@ export function privateFile(
   file: string,
   warn: (detail: string) => void,
   fsys: ModeFileSystem = nodeFs,
+  privateGroup: GroupCheck = systemGroups,
 ): string {
   if (process.platform === 'win32') return file;
   const link = fsys.lstatSync(file, { throwIfNoEntry: false });
@@ -125,48 +199,116 @@ export function privateFile(
       `cannot open outbox ${file}: it is a symbolic link to a missing file; give the target's path, or remove the link`,
     );
   }
+  // Not a file: SQLite's open names what it is.
   if (!stat.isFile()) return real;
-  if (uid !== undefined && stat.uid !== uid) throw foreign('it', stat.uid);
-  const writable = (what: string, mode: number, cure: string): OutboxOpenError =>
+  const writable = (what: string, mode: number, at: string): OutboxOpenError =>
     new OutboxOpenError(
-      `cannot open outbox ${file}: other users may write ${what} (mode ${octal(mode)}), so it may hold intents this user never stated: ${cure}`,
+      `cannot open outbox ${file}: other users may write ${what} (mode ${octal(mode)}), so it may hold intents this user never stated: chmod 600 ${at}, then check its intents (outbox list) before sending from it`,
     );
-  const mode = stat.mode & 0o777;
-  let modesKept = true;
-  if ((mode & 0o077) !== 0) {
-    modesKept = tighten(fsys, file, real, mode);
-    if (modesKept && (mode & 0o022) !== 0) {
-      // Left as it was found: the owner is to look at its intents first.
-      fsys.chmodSync(real, mode);
-      throw writable('it', mode, `check its intents (outbox list), then chmod 600 ${real}`);
-    }
-    if (!modesKept) {
-      warn(
-        `the file system of outbox ${file} keeps no file modes (it shows ${octal(mode)}): whether other users may read or write it is not checked; keep the outbox on a local file system that keeps modes to have it checked`,
+  if (uid !== undefined && stat.uid !== uid) throw foreign('it', stat.uid);
+  // Only a mode that lets others in needs the answer, and a file system
+  // without modes shows every file so.
+  const modesKept = (stat.mode & 0o077) === 0 || keepsModes(fsys, file, real);
+  if (!modesKept) {
+    warn(
+      `the file system of outbox ${file} keeps no file modes (it shows ${octal(stat.mode & 0o777)}): whether other users may read or write it is not checked; keep the outbox on a local file system that keeps modes to have it checked`,
+    );
+  }
+  checkDirectories(file, real, stat.dev, modesKept, uid, fsys, privateGroup);
+  if (modesKept && othersWrite(stat, privateGroup) !== 0) throw writable('it', stat.mode, real);
+  if (modesKept && (stat.mode & 0o077) !== 0) {
+    try {
+      fsys.chmodSync(real, stat.mode & 0o700);
+    } catch (err) {
+      throw new OutboxOpenError(
+        `cannot open outbox ${file}: it is readable by other users (mode ${octal(stat.mode)}) and could not be made 0600: ${message(err)}`,
       );
     }
+  }
+  // The file checked is the file to open: one renamed over it meanwhile
+  // (which the directories' check leaves no other user the right to do)
+  // is not accepted in its place.
+  const after = fsys.statSync(real, { throwIfNoEntry: false });
+  if (
+    after === undefined ||
+    after.dev !== stat.dev ||
+    after.ino !== stat.ino ||
+    (modesKept && (after.mode & 0o077) !== 0)
+  ) {
+    throw new OutboxOpenError(
+      `cannot open outbox ${file}: it was replaced while it was checked; if no one else uses its directory, open it again`,
+    );
   }
   for (const suffix of ['-wal', '-journal', '-shm']) {
-    const beside = fsys.lstatSync(`${real}${suffix}`, { throwIfNoEntry: false });
+    const at = `${real}${suffix}`;
+    const beside = fsys.lstatSync(at, { throwIfNoEntry: false });
     if (beside === undefined) continue;
     if (uid !== undefined && beside.uid !== uid) throw foreign(`its ${suffix} file`, beside.uid);
-    if (modesKept && (beside.mode & 0o022) !== 0) {
-      throw writable(
-        `its ${suffix} file`,
-        beside.mode,
-        `check its intents (outbox list), then chmod 600 ${real}${suffix}`,
+    if (!beside.isFile()) {
+      throw new OutboxOpenError(
+        `cannot open outbox ${file}: its ${suffix} file ${at} is not a file (SQLite would follow it): remove it`,
       );
     }
+    if (!modesKept) continue;
+    if (othersWrite(beside, privateGroup) !== 0)
+      throw writable(`its ${suffix} file`, beside.mode, at);
+    if ((beside.mode & 0o077) !== 0) {
+      try {
+        fsys.chmodSync(at, beside.mode & 0o700);
+      } catch (err) {
+        throw new OutboxOpenError(
+          `cannot open outbox ${file}: its ${suffix} file is readable by other users (mode ${octal(beside.mode)}) and could not be made 0600: ${message(err)}`,
+        );
+      }
+    }
   }
-  checkDirectories(file, real, stat.dev, modesKept, uid, fsys);
   return real;
+}
+
+/**
+ * Whether the outbox's file system keeps file modes, learnt from a file
+ * of the check's own beside it (the outbox's own descriptor is not
+ * opened: closing one would drop the locks SQLite holds on it in this
+ * process): made 0600, changed to 0640 through its descriptor, read back.
+ * A file system that keeps no modes refuses the change (EPERM, ENOTSUP) or
+ * shows another mode after it. What another user does to the outbox's
+ * path cannot change the answer.
+ *
+ * @throws OutboxOpenError when the probe file cannot be made.
+ */
+function keepsModes(fsys: ModeFileSystem, file: string, real: string): boolean {
+  const probe = `${real}.mode-probe-${String(process.pid)}-${String(Date.now())}`;
+  let fd: number;
+  try {
+    fd = fsys.openSync(probe, 'wx', 0o600);
+  } catch (err) {
+    throw new OutboxOpenError(
+      `cannot open outbox ${file}: cannot tell whether its file system keeps file modes (${message(err)})`,
+    );
+  }
+  try {
+    try {
+      fsys.fchmodSync(fd, 0o640);
+    } catch (err) {
+      const code = (err as { code?: unknown }).code;
+      if (code === 'EPERM' || code === 'ENOTSUP') return false;
+      throw new OutboxOpenError(
+        `cannot open outbox ${file}: cannot tell whether its file system keeps file modes (${message(err)})`,
+      );
+    }
+    return (fsys.fstatSync(fd).mode & 0o777) === 0o640;
+  } finally {
+    fsys.closeSync(fd);
+    fsys.unlinkSync(probe);
+  }
 }
 
 /**
  * Checks every directory on the outbox's real path, as ssh checks the
  * path to a key file: each is this user's or the superuser's, and no
- * other user may write it unless it is sticky (in a sticky directory such
- * as /tmp, only an entry's owner may rename or remove it).
+ * other user may write it; above the outbox's own directory, a sticky one
+ * may be written by others (in a sticky directory such as /tmp, only an
+ * entry's owner may rename or remove it).
  */
 function checkDirectories(
   file: string,
@@ -175,8 +317,10 @@ function checkDirectories(
   modesKept: boolean,
   uid: number | undefined,
   fsys: ModeFileSystem,
+  privateGroup: GroupCheck,
 ): void {
-  for (let dir = path.dirname(real); ; dir = path.dirname(dir)) {
+  const own = path.dirname(real);
+  for (let dir = own; ; dir = path.dirname(dir)) {
     const st = fsys.statSync(dir, { throwIfNoEntry: false });
     if (st !== undefined) {
       if (uid !== undefined && st.uid !== uid && st.uid !== 0) {
@@ -186,9 +330,14 @@ function checkDirectories(
       }
       // A directory on the file system that keeps no modes shows them all.
       const checked = modesKept || st.dev !== dev;
-      if (checked && (st.mode & 0o022) !== 0 && (st.mode & STICKY) === 0) {
+      const sticky = (st.mode & STICKY) !== 0 && dir !== own;
+      if (checked && !sticky && othersWrite(st, privateGroup) !== 0) {
+        const why =
+          dir === own && (st.mode & STICKY) !== 0
+            ? 'they could create the -wal file SQLite reads beside it'
+            : 'they could swap the outbox for a file of theirs after this check';
         throw new OutboxOpenError(
-          `cannot open outbox ${file}: other users may write the directory ${dir} (mode ${octal(st.mode)}), so they could swap the outbox for a file of theirs after this check: chmod go-w ${dir}, or keep the outbox in a directory of your own`,
+          `cannot open outbox ${file}: other users may write the directory ${dir} (mode ${octal(st.mode)}), so ${why}: keep the outbox in a directory of your own (mkdir -m 700), or chmod go-w ${dir}`,
         );
       }
     }

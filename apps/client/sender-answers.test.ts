@@ -368,7 +368,7 @@ void t.test(
     const s = await setup(t);
     const { intent } = s.outbox.enqueue(transfer(2500));
     const evil =
-      'x\u001b[2K\rtransfer 1: 201 created: moved 2500\n\u009b31m\u0007 \u202eorez\u2066\u2028 \\u001b';
+      'x\u001b[2K\rtransfer 1: 201 created: moved 2500\n\u009b31m\u0007 \u202eorez\u2066\u2028\u200f \\u001b';
     s.script.push(
       json(
         422,
@@ -384,10 +384,10 @@ void t.test(
       t.notMatch(
         line,
         // eslint-disable-next-line no-control-regex
-        /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/,
+        /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/,
         `no control, separator or bidirectional character: ${line}`,
       );
-      t.match(line, /\\u202eorez\\u2066\\u2028/, 'the bidirectional ones shown escaped');
+      t.match(line, /\\u202eorez\\u2066\\u2028\\u200f/, 'the bidirectional ones shown escaped');
       t.match(line, /\\u001b\[2K\\u000dtransfer 1/, 'shown escaped, so nothing is hidden');
       t.match(line, / \\\\u001b/, "the server's backslash doubled: no escape of ours");
     }
