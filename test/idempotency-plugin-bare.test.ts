@@ -15,9 +15,8 @@ import { InMemoryMetrics } from '../kernel/metrics/index.js';
 import { createPrincipalWithToken } from '../modules/identity/index.js';
 import { createSyncModule } from '../modules/sync/index.js';
 import idempotency, { type IdempotencyEvent } from '../platform/http/idempotency/index.js';
-import { createSql } from '../platform/pg/client.js';
-import { PgDatabase, PgUnitOfWork } from '../platform/pg/uow.js';
 import { testDatabase } from './harness/db.js';
+import { testUnitOfWork } from './harness/uow.js';
 
 interface Answer {
   readonly status: number;
@@ -31,14 +30,11 @@ void t.test(
     const tdb = await testDatabase(t);
     await tdb.owner`create table bare_effects (id uuid primary key, owner uuid not null, name text not null)`;
     await tdb.owner.unsafe(`grant select, insert on bare_effects to ${tdb.state.app.name}`);
-    const sql = createSql(tdb.appUrl, { max: 10, applicationName: 'bare-plugin' });
-    t.teardown(() => sql.end({ timeout: 5 }));
-    const db = new PgDatabase(sql);
-    const uow = new PgUnitOfWork(db, {
-      lockTimeoutMs: 5000,
+    const { db, uow } = testUnitOfWork(t, tdb, {
+      applicationName: 'bare-plugin',
+      max: 10,
       statementTimeoutMs: 10_000,
       transactionTimeoutMs: 15_000,
-      retryMax: 3,
     });
     const owner = await createPrincipalWithToken(
       { db, uow, clock: systemClock },

@@ -12,9 +12,8 @@ import { InMemoryMetrics } from '../kernel/metrics/index.js';
 import { createSyncModule } from '../modules/sync/index.js';
 import { runAttempt, type AttemptInput } from '../platform/http/idempotency/attempt.js';
 import type { Captured } from '../platform/http/idempotency/capture.js';
-import { createSql } from '../platform/pg/client.js';
-import { PgDatabase, PgUnitOfWork } from '../platform/pg/uow.js';
 import { testDatabase } from './harness/db.js';
+import { testUnitOfWork } from './harness/uow.js';
 import { startForwarder } from './harness/forwarder.js';
 
 async function setup(t: Test) {
@@ -28,10 +27,10 @@ async function setup(t: Test) {
   const forwarder = await startForwarder(Number(url.port));
   t.teardown(() => forwarder.close());
   url.port = String(forwarder.port);
-  const pool = createSql(url.toString(), { max: 1, applicationName: 'round-trips' });
-  t.teardown(() => pool.end({ timeout: 1 }));
-  const db = new PgDatabase(pool);
-  const uow = new PgUnitOfWork(db, {
+  const { db, uow } = testUnitOfWork(t, tdb, {
+    applicationName: 'round-trips',
+    url: url.toString(),
+    max: 1,
     lockTimeoutMs: 2_000,
     statementTimeoutMs: 10_000,
     transactionTimeoutMs: 20_000,

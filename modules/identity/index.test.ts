@@ -1,22 +1,13 @@
 import t from 'tap';
 import { ManualClock } from '../../kernel/clock/index.js';
 import { newId } from '../../kernel/ids/index.js';
-import { createSql } from '../../platform/pg/client.js';
-import { PgDatabase, PgUnitOfWork } from '../../platform/pg/uow.js';
 import { testDatabase } from '../../test/harness/db.js';
+import { testUnitOfWork } from '../../test/harness/uow.js';
 import { createIdentityModule, createPrincipalWithToken } from './index.js';
 
 void t.test('the module wires its ports and operator actions to one database', async (t) => {
   const tdb = await testDatabase(t);
-  const pool = createSql(tdb.appUrl, { max: 2, applicationName: 'identity-index-test' });
-  t.teardown(() => pool.end({ timeout: 1 }));
-  const db = new PgDatabase(pool);
-  const uow = new PgUnitOfWork(db, {
-    lockTimeoutMs: 5000,
-    statementTimeoutMs: 30000,
-    transactionTimeoutMs: 60000,
-    retryMax: 3,
-  });
+  const { db, uow } = testUnitOfWork(t, tdb, { applicationName: 'identity-index-test', max: 2 });
   const clock = new ManualClock('2030-06-01T12:00:00Z');
   const deps = { db, uow, clock };
   const identity = createIdentityModule(deps);

@@ -18,9 +18,9 @@ import t, { type Test } from 'tap';
 import { systemClock } from '../../kernel/clock/index.js';
 import { newId } from '../../kernel/ids/index.js';
 import { createPrincipalWithToken } from '../../modules/identity/index.js';
-import { PgDatabase, PgUnitOfWork } from '../../platform/pg/uow.js';
 import { Outbox } from '../../apps/client/outbox.js';
 import { testDatabase, type TestDatabase } from '../harness/db.js';
+import { testUnitOfWork } from '../harness/uow.js';
 import { startServerProcess, type ServerProcess } from '../harness/process.js';
 import { runClient, startClient, startHoldProxy } from './client-processes.js';
 import { stopProcesses } from './processes.js';
@@ -37,13 +37,7 @@ interface World {
 
 async function world(t: Test): Promise<World> {
   const db = await testDatabase(t);
-  const pg = new PgDatabase(db.app);
-  const uow = new PgUnitOfWork(pg, {
-    lockTimeoutMs: 5_000,
-    statementTimeoutMs: 30_000,
-    transactionTimeoutMs: 60_000,
-    retryMax: 3,
-  });
+  const { db: pg, uow } = testUnitOfWork(t, db, { sql: db.app });
   const { token } = await createPrincipalWithToken(
     { db: pg, uow, clock: systemClock },
     { displayName: 'Client tester' },

@@ -11,8 +11,8 @@ import { newId } from '../../kernel/ids/index.js';
 import { createPrincipalWithToken } from '../../modules/identity/index.js';
 import { installWorkerSchema } from '../../platform/jobs/index.js';
 import { systemClock } from '../../kernel/clock/index.js';
-import { PgDatabase, PgUnitOfWork } from '../../platform/pg/uow.js';
 import { testDatabase } from '../harness/db.js';
+import { testUnitOfWork } from '../harness/uow.js';
 import { startServerProcess, type ServerProcess } from '../harness/process.js';
 import { stopProcesses } from './processes.js';
 
@@ -68,13 +68,7 @@ interface Answer {
 void t.test('64 identical keyed transfers over 4 api processes move the money once', async (t) => {
   const db = await testDatabase(t);
   await installWorkerSchema(db.ownerUrl, db.state.app.name);
-  const pg = new PgDatabase(db.app);
-  const uow = new PgUnitOfWork(pg, {
-    lockTimeoutMs: 5_000,
-    statementTimeoutMs: 30_000,
-    transactionTimeoutMs: 60_000,
-    retryMax: 3,
-  });
+  const { db: pg, uow } = testUnitOfWork(t, db, { sql: db.app });
   const { token } = await createPrincipalWithToken(
     { db: pg, uow, clock: systemClock },
     { displayName: 'Scale-out tester' },

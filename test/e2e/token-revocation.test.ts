@@ -26,8 +26,8 @@ import { buildApp } from '../../apps/server/app.js';
 import { loadConfig } from '../../platform/config/index.js';
 import { createLogger } from '../../platform/log/index.js';
 import { createSql } from '../../platform/pg/client.js';
-import { PgDatabase, PgUnitOfWork } from '../../platform/pg/uow.js';
 import { testDatabase } from '../harness/db.js';
+import { testUnitOfWork } from '../harness/uow.js';
 import { startServerProcess, type ServerProcess } from '../harness/process.js';
 import { stopProcesses } from './processes.js';
 
@@ -39,13 +39,7 @@ void t.test(
   'a revoked token and a disabled principal are refused by every api process within one second',
   async (t) => {
     const db = await testDatabase(t);
-    const pg = new PgDatabase(db.app);
-    const uow = new PgUnitOfWork(pg, {
-      lockTimeoutMs: 5_000,
-      statementTimeoutMs: 30_000,
-      transactionTimeoutMs: 60_000,
-      retryMax: 3,
-    });
+    const { db: pg, uow } = testUnitOfWork(t, db, { sql: db.app });
     const deps = { db: pg, uow, clock: systemClock };
     const admin = createSql(db.adminUrl, { max: 1, applicationName: 'revocation-test-admin' });
     t.teardown(() => admin.end());

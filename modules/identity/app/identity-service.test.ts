@@ -2,9 +2,8 @@ import t, { type Test } from 'tap';
 import { ManualClock } from '../../../kernel/clock/index.js';
 import { isAppError } from '../../../kernel/errs/index.js';
 import { newId } from '../../../kernel/ids/index.js';
-import { createSql } from '../../../platform/pg/client.js';
-import { PgDatabase, PgUnitOfWork } from '../../../platform/pg/uow.js';
 import { testDatabase } from '../../../test/harness/db.js';
+import { testUnitOfWork } from '../../../test/harness/uow.js';
 import { PgApiTokenRepository } from '../adapters/postgres/api-tokens.js';
 import { PgPrincipalRepository } from '../adapters/postgres/principals.js';
 import { IdentityService } from './identity-service.js';
@@ -15,14 +14,8 @@ const START = '2030-01-01T00:00:00.000Z';
 async function setup(t: Test, tokenCache?: TokenOwnerCache) {
   const tdb = await testDatabase(t);
   // The application role, so every statement also proves its grants.
-  const pool = createSql(tdb.appUrl, { max: 4, applicationName: 'identity-service-test' });
-  t.teardown(() => pool.end({ timeout: 1 }));
-  const db = new PgDatabase(pool);
-  const uow = new PgUnitOfWork(db, {
-    lockTimeoutMs: 5000,
-    statementTimeoutMs: 30000,
-    transactionTimeoutMs: 60000,
-    retryMax: 3,
+  const { db, uow } = testUnitOfWork(t, tdb, {
+    applicationName: 'identity-service-test',
     backoffBaseMs: 1,
   });
   const clock = new ManualClock(START);

@@ -6,9 +6,8 @@ import { newId } from '../../../kernel/ids/index.js';
 import { InMemoryMetrics } from '../../../kernel/metrics/index.js';
 import { createHttpServer, type HttpServer } from '../../../platform/http/server.js';
 import { createLogger } from '../../../platform/log/index.js';
-import { createSql } from '../../../platform/pg/client.js';
-import { PgDatabase, PgUnitOfWork } from '../../../platform/pg/uow.js';
 import { testDatabase } from '../../../test/harness/db.js';
+import { testUnitOfWork } from '../../../test/harness/uow.js';
 import { createIdentityModule, type IdentityModule } from '../index.js';
 
 const START = '2030-01-01T00:00:00.000Z';
@@ -47,14 +46,8 @@ async function server(
 async function setup(t: Test) {
   const tdb = await testDatabase(t);
   // The application role: the routes' statements prove its grants too.
-  const pool = createSql(tdb.appUrl, { max: 4, applicationName: 'identity-routes-test' });
-  t.teardown(() => pool.end({ timeout: 1 }));
-  const db = new PgDatabase(pool);
-  const uow = new PgUnitOfWork(db, {
-    lockTimeoutMs: 5000,
-    statementTimeoutMs: 30000,
-    transactionTimeoutMs: 60000,
-    retryMax: 3,
+  const { db, uow } = testUnitOfWork(t, tdb, {
+    applicationName: 'identity-routes-test',
     backoffBaseMs: 1,
   });
   const clock = new ManualClock(START);

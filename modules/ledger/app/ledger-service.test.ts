@@ -3,9 +3,8 @@ import { ManualClock } from '../../../kernel/clock/index.js';
 import { isAppError } from '../../../kernel/errs/index.js';
 import { newId } from '../../../kernel/ids/index.js';
 import { TransactionRequiredError } from '../../../kernel/txn/index.js';
-import { createSql } from '../../../platform/pg/client.js';
-import { PgDatabase, PgUnitOfWork } from '../../../platform/pg/uow.js';
 import { testDatabase } from '../../../test/harness/db.js';
+import { testUnitOfWork } from '../../../test/harness/uow.js';
 import { PgAccountRepository } from '../adapters/postgres/accounts.js';
 import { toMinorUnits } from '../adapters/postgres/minor-units.js';
 import { PgTransferRepository } from '../adapters/postgres/transfers.js';
@@ -14,14 +13,8 @@ import { LedgerService, MAX_MINOR_UNITS } from './ledger-service.js';
 async function setup(t: Test) {
   const tdb = await testDatabase(t);
   // The application role, so every statement also proves its grants.
-  const pool = createSql(tdb.appUrl, { max: 4, applicationName: 'ledger-service-test' });
-  t.teardown(() => pool.end({ timeout: 1 }));
-  const db = new PgDatabase(pool);
-  const uow = new PgUnitOfWork(db, {
-    lockTimeoutMs: 5000,
-    statementTimeoutMs: 30000,
-    transactionTimeoutMs: 60000,
-    retryMax: 3,
+  const { db, uow } = testUnitOfWork(t, tdb, {
+    applicationName: 'ledger-service-test',
     backoffBaseMs: 1,
   });
   const clock = new ManualClock('2030-01-01T00:00:00.000Z');

@@ -12,9 +12,8 @@
 import t from 'tap';
 import { systemClock } from '../../../../kernel/clock/index.js';
 import { newId } from '../../../../kernel/ids/index.js';
-import { createSql } from '../../../../platform/pg/client.js';
-import { PgDatabase, PgUnitOfWork } from '../../../../platform/pg/uow.js';
 import { testDatabase } from '../../../../test/harness/db.js';
+import { testUnitOfWork } from '../../../../test/harness/uow.js';
 import { createLedgerModule } from '../../index.js';
 
 const ACCOUNTS = 256;
@@ -27,14 +26,13 @@ interface Scans {
 
 void t.test('a transfer scans no table of accounts, however small', async (t) => {
   const tdb = await testDatabase(t);
-  const pool = createSql(tdb.appUrl, { max: 2, applicationName: 'transfer-plan-test' });
-  t.teardown(() => pool.end({ timeout: 1 }));
-  const db = new PgDatabase(pool);
-  const uow = new PgUnitOfWork(db, {
-    lockTimeoutMs: 5000,
-    statementTimeoutMs: 30000,
-    transactionTimeoutMs: 60000,
-    retryMax: 3,
+  const {
+    sql: pool,
+    db,
+    uow,
+  } = testUnitOfWork(t, tdb, {
+    applicationName: 'transfer-plan-test',
+    max: 2,
     backoffBaseMs: 1,
   });
   const ledger = createLedgerModule({ db, uow, clock: systemClock }).service;

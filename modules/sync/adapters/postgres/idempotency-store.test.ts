@@ -7,9 +7,8 @@
 import t, { type Test } from 'tap';
 import { newId, type Id } from '../../../../kernel/ids/index.js';
 import type { IdempotencyRequest } from '../../../../kernel/idempotency/index.js';
-import { createSql } from '../../../../platform/pg/client.js';
-import { PgDatabase, PgUnitOfWork } from '../../../../platform/pg/uow.js';
 import { testDatabase } from '../../../../test/harness/db.js';
+import { testUnitOfWork } from '../../../../test/harness/uow.js';
 import { PgIdempotencyStore } from './idempotency-store.js';
 
 const NOW = new Date('2026-06-01T10:00:00Z');
@@ -22,10 +21,9 @@ async function setup(t: Test) {
     insert into principals (id, kind, display_name) values (${principalId}, 'user', 'Store tester')`;
   await tdb.owner`create table effects (id int primary key)`;
   await tdb.owner.unsafe(`grant select, insert on effects to ${tdb.state.app.name}`);
-  const pool = createSql(tdb.appUrl, { max: 2, applicationName: 'store-test' });
-  t.teardown(() => pool.end({ timeout: 1 }));
-  const db = new PgDatabase(pool);
-  const uow = new PgUnitOfWork(db, {
+  const { db, uow } = testUnitOfWork(t, tdb, {
+    applicationName: 'store-test',
+    max: 2,
     lockTimeoutMs: 2_000,
     statementTimeoutMs: 10_000,
     transactionTimeoutMs: 20_000,
