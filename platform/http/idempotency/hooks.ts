@@ -33,24 +33,14 @@ import { hasKeyHeader, KEY_HEADER, readKeyHeader } from './key.js';
 import { keepBytes } from './raw-body.js';
 import type { ResolvedOptions } from './options.js';
 import type { Outcome } from './outcome.js';
+import {
+  bodyBytesOf,
+  keyedStateOf,
+  setBodyBytes,
+  setKeyedState,
+  type KeyedState,
+} from './request-state.js';
 import type { SingleFlight } from './single-flight.js';
-
-/** The keyed state of one request, set by the preValidation hook. */
-export interface KeyedState {
-  readonly principalId: Id;
-  readonly key: Id;
-  readonly sha256: Buffer;
-  readonly route: KeyedRoute;
-}
-
-declare module 'fastify' {
-  interface FastifyRequest {
-    /** Set on keyed requests by the idempotency plugin; null otherwise. */
-    idempotencyState: KeyedState | null;
-    /** The body bytes as received, kept by the idempotency plugin on keyed requests. */
-    idempotencyBody: Buffer[] | null;
-  }
-}
 
 const KEY_HINT =
   'Send a UUIDv7 (for example 0190f2a4-1b2c-7d3e-8f40-123456789abc), bare or in double quotes.';
@@ -122,7 +112,7 @@ export function keyedHooks(
     // settled only by a later hook, and the fingerprint must never lose the body.
     if (!hasKeyHeader(req.raw.rawHeaders)) return payload;
     const { stream, chunks } = keepBytes(payload);
-    req.idempotencyBody = chunks;
+    setBodyBytes(req, chunks);
     return Promise.resolve(stream);
   };
 
@@ -170,7 +160,7 @@ export function keyedHooks(
     }
     const ifMatch = req.headers['if-match'];
     const ifNoneMatch = req.headers['if-none-match'];
-    const chunks = req.idempotencyBody;
+    const chunks = bodyBytesOf(req);
     if (chunks === null && req.body !== undefined) {
       // Never a fingerprint without its body: a route whose preParsing hook
       // was bypassed must fail loudly, not replay another body's answer.
@@ -190,7 +180,7 @@ export function keyedHooks(
         body: chunks === null ? undefined : Buffer.concat(chunks),
       }),
     };
-    req.idempotencyState = state;
+    setKeyedState(req, state);
     const found = store.recall(state.principalId, state.key, clock.now());
     if (found) return answerExisting(req, reply, state, found);
   };
@@ -263,7 +253,7 @@ export function keyedHooks(
 
   const wrap = (original: RouteHandlerMethod): RouteHandlerMethod =>
     async function keyedHandler(this: FastifyInstance, req, reply) {
-      const state = req.idempotencyState;
+      const state = keyedStateOf(req);
       if (state === null) {
         // Not a keyed request (no key, or an anonymous caller): a plain route.
         if (req.validationError) throw req.validationError;

@@ -28,6 +28,7 @@ import { checkKeyedRoute, routeLabel } from './checks.js';
 import { FST_IDEMPOTENCY_ROUTE_NOT_GUARDED } from './errors.js';
 import { keyedHooks } from './hooks.js';
 import { resolveOptions, type IdempotencyEvent, type IdempotencyOptions } from './options.js';
+import { BODY_BYTES, KEYED_STATE, keyedStateOf } from './request-state.js';
 import { SingleFlight } from './single-flight.js';
 
 declare module 'fastify' {
@@ -142,8 +143,8 @@ async function idempotency(app: FastifyInstance, opts: IdempotencyOptions): Prom
   const flights = new SingleFlight((count) => {
     options.onEvent({ type: 'local_waiters', count });
   });
-  app.decorateRequest('idempotencyState', null);
-  app.decorateRequest('idempotencyBody', null);
+  app.decorateRequest(KEYED_STATE, null);
+  app.decorateRequest(BODY_BYTES, null);
   const guarded = new Set<string>();
   app.decorate('idempotency', {
     guards: (method: string, url: string) => guarded.has(`${method} ${url}`),
@@ -157,7 +158,7 @@ async function idempotency(app: FastifyInstance, opts: IdempotencyOptions): Prom
     return Promise.resolve(payload);
   };
   const announceKeyed: onSendAsyncHookHandler = async (req, reply, payload) => {
-    if (req.idempotencyState !== null) reply.header(KEY_LIFETIME_HEADER, lifetime);
+    if (keyedStateOf(req) !== null) reply.header(KEY_LIFETIME_HEADER, lifetime);
     return Promise.resolve(payload);
   };
 

@@ -69,6 +69,15 @@ export function typeChecks(): unknown[] {
   // @ts-expect-error the decorator's guards asks a method and a URL
   void app.idempotency.guards('/x');
 
+  // The plugin's state of a request is its own (under a Symbol), no public
+  // property an application could read, overwrite or clash with.
+  const stateOf = (req: FastifyRequest): unknown[] => [
+    // @ts-expect-error no idempotencyState on a request
+    req.idempotencyState,
+    // @ts-expect-error no idempotencyBody on a request
+    req.idempotencyBody,
+  ];
+
   const onEvent = (event: IdempotencyEvent): unknown => {
     if (event.type === 'outcome') {
       // @ts-expect-error an outcome is one of OUTCOMES, not any text
@@ -78,11 +87,12 @@ export function typeChecks(): unknown[] {
     // @ts-expect-error only an outcome event carries the request
     return event.request;
   };
-  return [outcomeIsOneOf, decorated, onEvent];
+  return [outcomeIsOneOf, decorated, onEvent, stateOf];
 }
 
 void t.test('the public types describe what the plugin does', async (t) => {
   const events: IdempotencyEvent[] = [];
+  const seen: string[][] = [];
   const app = Fastify();
   t.teardown(() => app.close());
   await app.register(idempotencyPlugin, options(events));
@@ -90,7 +100,8 @@ void t.test('the public types describe what the plugin does', async (t) => {
   app.post(
     '/keyed',
     { config: { idempotent: true }, schema: { operationId: 'createKeyed' } },
-    async (_req, reply) => {
+    async (req, reply) => {
+      seen.push(Object.keys(req).filter((k) => k.startsWith('idempotency')));
       reply.code(201);
       return Promise.resolve({ ok: true });
     },
@@ -122,6 +133,7 @@ void t.test('the public types describe what the plugin does', async (t) => {
   const again = await send();
   t.equal(first.statusCode, 201);
   t.equal(again.headers['idempotent-replay'], 'true', 'the repeat is the stored answer');
+  t.same(seen, [[]], 'a keyed request has no property of the plugin by name');
   const outcomes = events.flatMap((e) => (e.type === 'outcome' ? [e.outcome] : []));
   t.equal(outcomes.length, 2, 'one outcome event per keyed request');
   t.ok(
