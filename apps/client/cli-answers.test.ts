@@ -10,10 +10,40 @@ import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { EXIT, runCli } from './cli.js';
 import { ID_A, ID_B, io, tempDir } from './cli-fixture.js';
 import { Outbox } from './outbox.js';
+
+/**
+ * A server on 127.0.0.1 that answers each request when its body has
+ * arrived, with `answer`; closed at teardown.
+ *
+ * @returns the command line's environment for it and a fresh outbox.
+ */
+async function scriptedServer(
+  t: Test,
+  answer: (req: http.IncomingMessage, res: http.ServerResponse) => void,
+): Promise<Record<string, string>> {
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      answer(req, res);
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.teardown(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  const { port } = server.address() as net.AddressInfo;
+  return {
+    CLIENT_OUTBOX: path.join(await tempDir(t), 'outbox.sqlite'),
+    CLIENT_BASE_URL: `http://127.0.0.1:${String(port)}`,
+    CLIENT_TOKEN: 'tok',
+  };
+}
 
 void t.test('outbox list names an attempt cut off before its answer', async (t) => {
   const file = path.join(await tempDir(t), 'outbox.sqlite');
@@ -49,38 +79,23 @@ void t.test(
   'unmarked refusals after a lost attempt are reported as an unknown outcome',
   async (t) => {
     let posts = 0;
-    const server = http.createServer((req, res) => {
-      req.resume();
-      req.on('end', () => {
-        if (req.url === '/api/v1/me') {
-          res.writeHead(200, { 'content-type': 'application/json' });
-          res.end(JSON.stringify({ id: 'p1' }));
-          return;
-        }
-        posts += 1;
-        // The first attempt is lost on the way back; the repeats meet a
-        // gateway's 404, which carries no Idempotent-Replay (an
-        // unmarked answer is repeated once, so two of them).
-        if (posts === 1) {
-          res.socket?.destroy();
-          return;
-        }
-        res.writeHead(404, { 'content-type': 'application/problem+json' });
-        res.end(JSON.stringify({ code: 'not_found', detail: 'no route (gateway)' }));
-      });
+    const env = await scriptedServer(t, (req, res) => {
+      if (req.url === '/api/v1/me') {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ id: 'p1' }));
+        return;
+      }
+      posts += 1;
+      // The first attempt is lost on the way back; the repeats meet a
+      // gateway's 404, which carries no Idempotent-Replay (an
+      // unmarked answer is repeated once, so two of them).
+      if (posts === 1) {
+        res.socket?.destroy();
+        return;
+      }
+      res.writeHead(404, { 'content-type': 'application/problem+json' });
+      res.end(JSON.stringify({ code: 'not_found', detail: 'no route (gateway)' }));
     });
-    server.listen(0, '127.0.0.1');
-    await once(server, 'listening');
-    t.teardown(() => {
-      server.closeAllConnections();
-      server.close();
-    });
-    const { port } = server.address() as net.AddressInfo;
-    const env = {
-      CLIENT_OUTBOX: path.join(await tempDir(t), 'outbox.sqlite'),
-      CLIENT_BASE_URL: `http://127.0.0.1:${String(port)}`,
-      CLIENT_TOKEN: 'tok',
-    };
     const o = io();
     const argv = ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '5'];
     const code = await runCli([...argv, '--retry-base', '1ms', '--retry-cap', '1ms'], env, o);
@@ -110,30 +125,15 @@ void t.test(
 
 void t.test('a 2xx whose body is null or not JSON is printed, not a crash', async (t) => {
   const bodies = ['null', 'not json', '[1]'];
-  const server = http.createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      if (req.url === '/api/v1/me') {
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ id: 'p1' }));
-        return;
-      }
-      res.writeHead(201, { 'content-type': 'application/json', 'idempotent-replay': 'false' });
-      res.end(bodies.shift() ?? '{}');
-    });
+  const env = await scriptedServer(t, (req, res) => {
+    if (req.url === '/api/v1/me') {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ id: 'p1' }));
+      return;
+    }
+    res.writeHead(201, { 'content-type': 'application/json', 'idempotent-replay': 'false' });
+    res.end(bodies.shift() ?? '{}');
   });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  t.teardown(() => {
-    server.closeAllConnections();
-    server.close();
-  });
-  const { port } = server.address() as net.AddressInfo;
-  const env = {
-    CLIENT_OUTBOX: path.join(await tempDir(t), 'outbox.sqlite'),
-    CLIENT_BASE_URL: `http://127.0.0.1:${String(port)}`,
-    CLIENT_TOKEN: 'tok',
-  };
   for (const [i, argv] of [
     ['transfer', '--from', ID_A, '--to', ID_B, '--amount', '5'],
     ['accounts', 'create', '--name', 'N'],
@@ -153,25 +153,10 @@ void t.test(
     // The first drain binds the outbox to p1; the second meets an id that
     // would wipe the line and print a reassurance of its own.
     const ids = ['p1', 'p2\r\u001b[2K\u001b[1Aclient: ok, nothing to worry about\u001b[8m'];
-    const server = http.createServer((req, res) => {
-      req.resume();
-      req.on('end', () => {
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ id: ids.shift() ?? 'p3' }));
-      });
+    const env = await scriptedServer(t, (req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ id: ids.shift() ?? 'p3' }));
     });
-    server.listen(0, '127.0.0.1');
-    await once(server, 'listening');
-    t.teardown(() => {
-      server.closeAllConnections();
-      server.close();
-    });
-    const { port } = server.address() as net.AddressInfo;
-    const env = {
-      CLIENT_OUTBOX: path.join(await tempDir(t), 'outbox.sqlite'),
-      CLIENT_BASE_URL: `http://127.0.0.1:${String(port)}`,
-      CLIENT_TOKEN: 'tok',
-    };
     t.equal(await runCli(['outbox', 'drain'], env, io()), EXIT.ok);
     const o = io();
     t.equal(await runCli(['outbox', 'drain'], env, o), EXIT.outbox);
