@@ -18,14 +18,14 @@ import {
   storageError,
 } from './outbox-errors.js';
 import type { OutboxOptions, StorageSettings } from './outbox-intent.js';
-import { privateFile } from './outbox-private.js';
+import { privateDirectory, privateFile } from './outbox-private.js';
 import { prepareSchema } from './outbox-schema.js';
 
 // A built-in through process.getBuiltinModule, not an ES import: the import
 // reads every export of the module, lazy ones included, which costs the
 // command line's start-up (docs/DECISIONS.md, "The client sends with
 // node:http").
-const { accessSync, closeSync, constants, openSync, rmSync, statSync } =
+const { accessSync, closeSync, constants, lstatSync, openSync, statSync } =
   process.getBuiltinModule('node:fs');
 
 const SYNCHRONOUS = ['off', 'normal', 'full', 'extra'];
@@ -50,23 +50,20 @@ function message(err: unknown): string {
  * and the principal's id, and SQLite gives the files it keeps beside it
  * (`-wal`, `-shm`) the mode of the database file. An existing file is left
  * as it is.
- *
- * @returns whether the file was made.
  * @param file the outbox's path.
  * @throws OutboxOpenError when the file cannot be made (e.g. its folder
  *   is missing).
  */
-function createPrivate(file: string): boolean {
+function createPrivate(file: string): void {
   let fd: number;
   try {
     fd = openSync(file, 'wx', 0o600);
   } catch (err) {
     const code = (err as { code?: unknown }).code;
-    if (code === 'EEXIST') return false;
+    if (code === 'EEXIST') return;
     throw new OutboxOpenError(`cannot open outbox ${file}: ${message(err)}`);
   }
   closeSync(fd);
-  return true;
 }
 
 /**
@@ -145,21 +142,16 @@ export function openDatabase(file: string, options: OutboxOptions = {}): Databas
   if (file !== '') writableDirectory(file);
   // An empty name is SQLite's temporary database, refused below by its
   // journal mode; there is no file to make.
-  const made = create && file !== '' && createPrivate(file);
+  if (create && file !== '' && lstatSync(file, { throwIfNoEntry: false }) === undefined) {
+    privateDirectory(file);
+    createPrivate(file);
+  }
   const warn =
     options.onWarning ??
     ((detail: string) => {
       process.emitWarning(detail, { code: 'OUTBOX_MODES_UNCHECKED' });
     });
-  let checked: string;
-  try {
-    checked = file === '' ? file : privateFile(file, warn);
-  } catch (err) {
-    // A refused place keeps no empty file of ours, which a later
-    // `outbox list` would call "empty, not an outbox".
-    if (made) rmSync(file, { force: true });
-    throw err;
-  }
+  const checked = file === '' ? file : privateFile(file, warn);
   const { DatabaseSync: Database } = process.getBuiltinModule('node:sqlite');
   let db: DatabaseSync;
   try {

@@ -5,6 +5,7 @@
  * mounts) wrapped around real files, that such a file is opened with a
  * warning instead of refused.
  */
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs/promises';
 import * as nodeFs from 'node:fs';
 import os from 'node:os';
@@ -163,6 +164,13 @@ void t.test(
       message:
         /other users may write the directory .*shared \(mode 01777\), so they could create the -wal file SQLite reads beside it/,
     });
+    let advice = '';
+    try {
+      Outbox.open(file).close();
+    } catch (err) {
+      advice = String(err);
+    }
+    t.notMatch(advice, /chmod go-w/, 'no advice to open up /tmp');
     // Above the outbox's own directory a sticky one is safe: /tmp/mine/outbox.
     const mine = path.join(shared, 'mine');
     await fs.mkdir(mine, { mode: 0o700 });
@@ -179,7 +187,7 @@ void t.test(
     // A new outbox refused for its place leaves no empty file behind.
     const fresh = path.join(shared, 'new.sqlite');
     t.throws(() => Outbox.open(fresh), /may write the directory/);
-    t.equal(nodeFs.existsSync(fresh), false, 'the file it made is removed');
+    t.equal(nodeFs.existsSync(fresh), false, 'no file is made in a refused place');
 
     if (process.getuid?.() === 0) {
       // A directory another user owns: they may rename its entries.
@@ -262,6 +270,10 @@ void t.test(
       'another user with it as primary group',
     );
     t.notOk(groupIsPrivate(1000, user, 'staff:x:50:\n', passwd), 'not in the group file');
+    t.notOk(
+      groupIsPrivate(100, { name: 'ann', gid: 100 }, 'users:x:100:\n', passwd),
+      'a shared primary group with no member listed (a directory service holds them)',
+    );
     t.notOk(groupIsPrivate(50, user, 'staff:x:50:\n', passwd), 'not the primary group');
     t.notOk(
       groupIsPrivate(1000, user, 'ann:x:1000:\nann2:x:1000:bob\n', passwd),
@@ -301,7 +313,7 @@ void t.test(
         ),
       {
         name: 'OutboxOpenError',
-        message: /outbox\.sqlite: it was replaced while it was checked/,
+        message: /outbox\.sqlite: it was removed or replaced while it was checked/,
       },
     );
   },
@@ -320,5 +332,31 @@ void t.test(
     await fs.rm(`${file}-wal`);
     await fs.symlink(path.join(dir, 'elsewhere'), `${file}-journal`);
     t.throws(() => privateFile(file, () => undefined), /its -journal file .* is not a file/);
+  },
+);
+
+void t.test(
+  'an outbox removed while it is checked, or that is no regular file, is refused',
+  async (t) => {
+    const dir = await tempDir(t);
+    // The open made or found it a moment before: another user removed it
+    // to rename a file of theirs in.
+    t.throws(() => privateFile(path.join(dir, 'gone.sqlite'), () => undefined), {
+      name: 'OutboxOpenError',
+      message: /gone\.sqlite: it was removed or replaced while it was checked/,
+    });
+    const folder = path.join(dir, 'folder.sqlite');
+    await fs.mkdir(folder);
+    t.throws(() => Outbox.open(folder), {
+      name: 'OutboxOpenError',
+      message: /folder\.sqlite: it is not a regular file/,
+    });
+    const fifo = path.join(dir, 'fifo.sqlite');
+    const made = spawnSync('mkfifo', [fifo]);
+    if (made.status === 0) {
+      t.throws(() => Outbox.open(fifo), /fifo\.sqlite: it is not a regular file/, 'a pipe');
+    } else {
+      t.comment('no mkfifo here: the pipe is not tried');
+    }
   },
 );

@@ -60,9 +60,11 @@ function octal(mode: number): string {
 /**
  * Whether group `gid` is the user's private group (Debian and Ubuntu give
  * each user one, with umask 002, so new directories are group-writable):
- * the user's primary group, no other member listed in the group file, and
- * no other user with it as their primary group in the passwd file. A group
- * the files do not list (one from a directory service) is not private.
+ * the user's primary group, named after the user, no other member listed
+ * in the group file, and no other user with it as their primary group in
+ * the passwd file. A group the files do not list (one from a directory
+ * service) is not private, and neither is a shared primary group such as
+ * `users`, whose other members a directory service may hold unseen.
  *
  * @param gid the group of a file or directory.
  * @param user this user's name and primary group.
@@ -83,7 +85,9 @@ export function groupIsPrivate(
       .filter((l) => l !== '' && !l.startsWith('#'))
       .map((l) => l.split(':'));
   const groups = fields(groupFile).filter((f) => f[2] !== '' && Number(f[2]) === gid);
-  if (groups.length === 0) return false;
+  // Named after the user, as a private group is: a shared primary group
+  // (`users`, whose members a directory service may hold unseen here) is not.
+  if (groups.length === 0 || groups.some((g) => g[0] !== user.name)) return false;
   for (const group of groups) {
     const members = (group[3] ?? '')
       .split(',')
@@ -177,7 +181,8 @@ export function privateFile(
 ): string {
   if (process.platform === 'win32') return file;
   const link = fsys.lstatSync(file, { throwIfNoEntry: false });
-  if (link === undefined) return file;
+  // The open made or found it just before: gone now, someone removed it.
+  if (link === undefined) throw replaced(file);
   const uid = process.getuid?.();
   const foreign = (what: string, owner: number): OutboxOpenError =>
     new OutboxOpenError(
@@ -199,8 +204,11 @@ export function privateFile(
       `cannot open outbox ${file}: it is a symbolic link to a missing file; give the target's path, or remove the link`,
     );
   }
-  // Not a file: SQLite's open names what it is.
-  if (!stat.isFile()) return real;
+  if (!stat.isFile()) {
+    throw new OutboxOpenError(
+      `cannot open outbox ${file}: it is not a regular file (a directory, a device or a pipe); give the path of an outbox file`,
+    );
+  }
   const writable = (what: string, mode: number, at: string): OutboxOpenError =>
     new OutboxOpenError(
       `cannot open outbox ${file}: other users may write ${what} (mode ${octal(mode)}), so it may hold intents this user never stated: chmod 600 ${at}, then check its intents (outbox list) before sending from it`,
@@ -214,7 +222,7 @@ export function privateFile(
       `the file system of outbox ${file} keeps no file modes (it shows ${octal(stat.mode & 0o777)}): whether other users may read or write it is not checked; keep the outbox on a local file system that keeps modes to have it checked`,
     );
   }
-  checkDirectories(file, real, stat.dev, modesKept, uid, fsys, privateGroup);
+  checkDirectories(file, path.dirname(real), stat.dev, () => modesKept, uid, fsys, privateGroup);
   if (modesKept && othersWrite(stat, privateGroup) !== 0) throw writable('it', stat.mode, real);
   if (modesKept && (stat.mode & 0o077) !== 0) {
     try {
@@ -235,9 +243,7 @@ export function privateFile(
     after.ino !== stat.ino ||
     (modesKept && (after.mode & 0o077) !== 0)
   ) {
-    throw new OutboxOpenError(
-      `cannot open outbox ${file}: it was replaced while it was checked; if no one else uses its directory, open it again`,
-    );
+    throw replaced(file);
   }
   for (const suffix of ['-wal', '-journal', '-shm']) {
     const at = `${real}${suffix}`;
@@ -312,14 +318,13 @@ function keepsModes(fsys: ModeFileSystem, file: string, real: string): boolean {
  */
 function checkDirectories(
   file: string,
-  real: string,
+  own: string,
   dev: number,
-  modesKept: boolean,
+  modesKept: () => boolean,
   uid: number | undefined,
   fsys: ModeFileSystem,
   privateGroup: GroupCheck,
 ): void {
-  const own = path.dirname(real);
   for (let dir = own; ; dir = path.dirname(dir)) {
     const st = fsys.statSync(dir, { throwIfNoEntry: false });
     if (st !== undefined) {
@@ -328,19 +333,62 @@ function checkDirectories(
           `cannot open outbox ${file}: the directory ${dir} belongs to user ${String(st.uid)}, who could swap the outbox for a file of theirs after this check: keep the outbox in a directory of your own`,
         );
       }
-      // A directory on the file system that keeps no modes shows them all.
-      const checked = modesKept || st.dev !== dev;
-      const sticky = (st.mode & STICKY) !== 0 && dir !== own;
-      if (checked && !sticky && othersWrite(st, privateGroup) !== 0) {
-        const why =
-          dir === own && (st.mode & STICKY) !== 0
-            ? 'they could create the -wal file SQLite reads beside it'
-            : 'they could swap the outbox for a file of theirs after this check';
+      const sticky = (st.mode & STICKY) !== 0;
+      // A directory on the file system that keeps no modes shows them all;
+      // asked last, since it may need a probe file.
+      if (
+        !(sticky && dir !== own) &&
+        othersWrite(st, privateGroup) !== 0 &&
+        (st.dev !== dev || modesKept())
+      ) {
+        const why = sticky
+          ? 'they could create the -wal file SQLite reads beside it: keep the outbox in a directory of your own (mkdir -m 700)'
+          : `they could swap the outbox for a file of theirs after this check: keep the outbox in a directory of your own (mkdir -m 700), or chmod go-w ${dir}`;
         throw new OutboxOpenError(
-          `cannot open outbox ${file}: other users may write the directory ${dir} (mode ${octal(st.mode)}), so ${why}: keep the outbox in a directory of your own (mkdir -m 700), or chmod go-w ${dir}`,
+          `cannot open outbox ${file}: other users may write the directory ${dir} (mode ${octal(st.mode)}), so ${why}`,
         );
       }
     }
     if (path.dirname(dir) === dir) return;
   }
+}
+
+function replaced(file: string): OutboxOpenError {
+  return new OutboxOpenError(
+    `cannot open outbox ${file}: it was removed or replaced while it was checked; if no one else uses its directory, open it again`,
+  );
+}
+
+/**
+ * Checks the directories of an outbox not made yet, before it is made,
+ * as {@link privateFile} checks them for an existing one: a place another
+ * user may write or owns gets no file at all (a file made and then
+ * removed again could, by then, be another one under the same path).
+ * Whether the file system keeps modes is asked only if a directory's mode
+ * would refuse it.
+ *
+ * @param file the outbox's path; its directory must exist (the open names
+ *   a missing one).
+ * @param fsys the file-system calls; node:fs's unless a test gives its own.
+ * @param privateGroup whether a group is this user's alone.
+ * @throws OutboxOpenError naming the directory.
+ */
+export function privateDirectory(
+  file: string,
+  fsys: ModeFileSystem = nodeFs,
+  privateGroup: GroupCheck = systemGroups,
+): void {
+  if (process.platform === 'win32') return;
+  let own: string;
+  try {
+    own = fsys.realpathSync(path.dirname(path.resolve(file)));
+  } catch {
+    return;
+  }
+  const st = fsys.statSync(own, { throwIfNoEntry: false });
+  if (st === undefined) return;
+  let kept: boolean | undefined;
+  const modesKept = (): boolean =>
+    (kept ??= keepsModes(fsys, file, path.join(own, path.basename(file))));
+  checkDirectories(file, own, st.dev, modesKept, process.getuid?.(), fsys, privateGroup);
 }
