@@ -142,16 +142,17 @@ export function openDatabase(file: string, options: OutboxOptions = {}): Databas
   if (file !== '') writableDirectory(file);
   // An empty name is SQLite's temporary database, refused below by its
   // journal mode; there is no file to make.
+  let at = file;
   if (create && file !== '' && lstatSync(file, { throwIfNoEntry: false }) === undefined) {
-    privateDirectory(file);
-    createPrivate(file);
+    at = privateDirectory(file);
+    createPrivate(at);
   }
   const warn =
     options.onWarning ??
     ((detail: string) => {
       process.emitWarning(detail, { code: 'OUTBOX_MODES_UNCHECKED' });
     });
-  const checked = file === '' ? file : privateFile(file, warn);
+  const checked = file === '' ? file : privateFile(at, warn);
   const { DatabaseSync: Database } = process.getBuiltinModule('node:sqlite');
   let db: DatabaseSync;
   try {

@@ -14,6 +14,7 @@ import t, { type Test } from 'tap';
 import { Outbox } from './outbox.js';
 import {
   groupIsPrivate,
+  privateDirectory,
   privateFile,
   type ModeFileSystem,
   type ModeStat,
@@ -358,5 +359,65 @@ void t.test(
     } else {
       t.comment('no mkfifo here: the pipe is not tried');
     }
+  },
+);
+
+void t.test(
+  "a new outbox's folder is the kernel's: link/.. is the link target's parent",
+  async (t) => {
+    const dir = await tempDir(t);
+    const shared = path.join(dir, 'shared');
+    await fs.mkdir(path.join(shared, 'sub'), { recursive: true });
+    await fs.chmod(shared, 0o777);
+    const home = path.join(dir, 'home');
+    await fs.mkdir(home, { mode: 0o700 });
+    await fs.symlink(path.join(shared, 'sub'), path.join(home, 'link'));
+    // As text, home/link/.. is home; the kernel opens shared.
+    const file = `${path.join(home, 'link')}/../outbox.sqlite`;
+    t.throws(() => Outbox.open(file), {
+      name: 'OutboxOpenError',
+      message: /may write the directory .*shared \(mode 0777\)/,
+    });
+    t.same(
+      (await fs.readdir(shared)).filter((f) => f !== 'sub'),
+      [],
+      'no file made in the open directory',
+    );
+    t.same(await fs.readdir(home), ['link'], 'nor beside the link');
+  },
+);
+
+void t.test(
+  'a probe file another user removed first ends in the refusal, not a crash',
+  async (t) => {
+    const dir = await tempDir(t);
+    const open = path.join(dir, 'open');
+    await fs.mkdir(open, { mode: 0o777 });
+    await fs.chmod(open, 0o777);
+    const probeGone: ModeFileSystem = {
+      lstatSync: (f, o) => nodeFs.lstatSync(f, o),
+      statSync: (f, o) => nodeFs.statSync(f, o),
+      realpathSync: (f) => nodeFs.realpathSync.native(f),
+      chmodSync: (f, m) => {
+        nodeFs.chmodSync(f, m);
+      },
+      openSync: (f, flags, m) => nodeFs.openSync(f, flags, m),
+      fstatSync: (fd) => nodeFs.fstatSync(fd),
+      fchmodSync: (fd, m) => {
+        nodeFs.fchmodSync(fd, m);
+      },
+      closeSync: (fd) => {
+        nodeFs.closeSync(fd);
+      },
+      // As if another user who may write the directory removed it first.
+      unlinkSync: (f) => {
+        nodeFs.unlinkSync(f);
+        throw Object.assign(new Error(`ENOENT: no such file, unlink '${f}'`), { code: 'ENOENT' });
+      },
+    };
+    t.throws(() => privateDirectory(path.join(open, 'outbox.sqlite'), probeGone), {
+      name: 'OutboxOpenError',
+      message: /may write the directory .*open \(mode 0777\)/,
+    });
   },
 );

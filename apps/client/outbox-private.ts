@@ -47,6 +47,32 @@ export type GroupCheck = (gid: number) => boolean;
 // node:http").
 const nodeFs = process.getBuiltinModule('node:fs');
 
+/**
+ * node:fs's calls, with the kernel's own real path (`realpathSync.native`):
+ * the JavaScript one collapses `..` as text before it follows a link, so
+ * `link/../outbox` would name another directory than the one the kernel
+ * opens in.
+ */
+const systemFs: ModeFileSystem = {
+  lstatSync: (file, options) => nodeFs.lstatSync(file, options),
+  statSync: (file, options) => nodeFs.statSync(file, options),
+  realpathSync: (file) => nodeFs.realpathSync.native(file),
+  chmodSync: (file, mode) => {
+    nodeFs.chmodSync(file, mode);
+  },
+  openSync: (file, flags, mode) => nodeFs.openSync(file, flags, mode),
+  fstatSync: (fd) => nodeFs.fstatSync(fd),
+  fchmodSync: (fd, mode) => {
+    nodeFs.fchmodSync(fd, mode);
+  },
+  closeSync: (fd) => {
+    nodeFs.closeSync(fd);
+  },
+  unlinkSync: (file) => {
+    nodeFs.unlinkSync(file);
+  },
+};
+
 const STICKY = 0o1000;
 
 function message(err: unknown): string {
@@ -176,7 +202,7 @@ function othersWrite(st: { mode: number; gid: number }, privateGroup: GroupCheck
 export function privateFile(
   file: string,
   warn: (detail: string) => void,
-  fsys: ModeFileSystem = nodeFs,
+  fsys: ModeFileSystem = systemFs,
   privateGroup: GroupCheck = systemGroups,
 ): string {
   if (process.platform === 'win32') return file;
@@ -303,9 +329,19 @@ function keepsModes(fsys: ModeFileSystem, file: string, real: string): boolean {
       );
     }
     return (fsys.fstatSync(fd).mode & 0o777) === 0o640;
+  } catch (err) {
+    if (err instanceof OutboxOpenError) throw err;
+    throw new OutboxOpenError(
+      `cannot open outbox ${file}: cannot tell whether its file system keeps file modes (${message(err)})`,
+    );
   } finally {
     fsys.closeSync(fd);
-    fsys.unlinkSync(probe);
+    try {
+      fsys.unlinkSync(probe);
+    } catch {
+      // Gone already: only another user who may write the directory could
+      // have removed it, and the check refuses such a directory.
+    }
   }
 }
 
@@ -371,24 +407,29 @@ function replaced(file: string): OutboxOpenError {
  *   a missing one).
  * @param fsys the file-system calls; node:fs's unless a test gives its own.
  * @param privateGroup whether a group is this user's alone.
+ * @returns the path to make the file at: in the directory checked, so a
+ *   link on the way changed after the check does not move it.
  * @throws OutboxOpenError naming the directory.
  */
 export function privateDirectory(
   file: string,
-  fsys: ModeFileSystem = nodeFs,
+  fsys: ModeFileSystem = systemFs,
   privateGroup: GroupCheck = systemGroups,
-): void {
-  if (process.platform === 'win32') return;
+): string {
+  if (process.platform === 'win32') return file;
   let own: string;
   try {
-    own = fsys.realpathSync(path.dirname(path.resolve(file)));
+    // The kernel's resolution of the folder (`link/..` after the link),
+    // not a textual one.
+    own = fsys.realpathSync(path.dirname(file));
   } catch {
-    return;
+    return file;
   }
   const st = fsys.statSync(own, { throwIfNoEntry: false });
-  if (st === undefined) return;
+  if (st === undefined) return file;
   let kept: boolean | undefined;
   const modesKept = (): boolean =>
     (kept ??= keepsModes(fsys, file, path.join(own, path.basename(file))));
   checkDirectories(file, own, st.dev, modesKept, process.getuid?.(), fsys, privateGroup);
+  return path.join(own, path.basename(file));
 }
