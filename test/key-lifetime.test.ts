@@ -12,6 +12,7 @@ import t from 'tap';
 import { EXIT, runCli } from '../apps/client/index.js';
 import { newId } from '../kernel/ids/index.js';
 import { startTestApp } from './harness/app.js';
+import { FINAL_PROBLEMS } from '../platform/http/idempotency/attempt.js';
 
 const HEADER = 'idempotency-key-lifetime';
 
@@ -54,40 +55,52 @@ void t.test('every keyed answer and GET /api/v1/me carry the key lifetime', asyn
   t.equal(unkeyed.headers[HEADER], undefined, 'not on an answer without a key');
 });
 
-void t.test('the API document declares the header where it is sent', async (t) => {
-  const k = await startTestApp(t);
-  const doc = (await k.app.http.inject({ url: '/docs/json' })).json<{
-    paths: Record<
-      string,
-      Record<
+void t.test(
+  'the API document declares the header where it is sent, and what a key stores',
+  async (t) => {
+    const k = await startTestApp(t);
+    const doc = (await k.app.http.inject({ url: '/docs/json' })).json<{
+      paths: Record<
         string,
-        {
-          operationId?: string;
-          parameters?: { name: string; in: string }[];
-          responses?: Record<string, { headers?: Record<string, unknown> }>;
-        }
-      >
-    >;
-  }>();
-  let keyed = 0;
-  for (const [path, ops] of Object.entries(doc.paths)) {
-    for (const [method, op] of Object.entries(ops)) {
-      const isKeyed = (op.parameters ?? []).some(
-        (p) => p.in === 'header' && p.name === 'Idempotency-Key',
-      );
-      if (!isKeyed && op.operationId !== 'getMe') continue;
-      if (isKeyed) keyed += 1;
-      for (const [status, res] of Object.entries(op.responses ?? {})) {
-        if (op.operationId === 'getMe' && status !== '200') continue;
-        t.ok(
-          res.headers?.['Idempotency-Key-Lifetime'],
-          `${method.toUpperCase()} ${path} ${status} declares Idempotency-Key-Lifetime`,
+        Record<
+          string,
+          {
+            operationId?: string;
+            parameters?: { name: string; in: string; schema?: Record<string, unknown> }[];
+            responses?: Record<string, { headers?: Record<string, unknown> }>;
+          }
+        >
+      >;
+    }>();
+    let keyed = 0;
+    for (const [path, ops] of Object.entries(doc.paths)) {
+      for (const [method, op] of Object.entries(ops)) {
+        const isKeyed = (op.parameters ?? []).some(
+          (p) => p.in === 'header' && p.name === 'Idempotency-Key',
         );
+        if (!isKeyed && op.operationId !== 'getMe') continue;
+        if (isKeyed) {
+          keyed += 1;
+          // The list the client reads (apps/client/api-types.ts) is the one the attempt applies.
+          const header = (op.parameters ?? []).find((p) => p.name === 'Idempotency-Key');
+          t.same(
+            header?.schema?.['x-stored-error-statuses'],
+            [...FINAL_PROBLEMS].sort((a, b) => a - b),
+            `${method.toUpperCase()} ${path} lists the error statuses a key stores`,
+          );
+        }
+        for (const [status, res] of Object.entries(op.responses ?? {})) {
+          if (op.operationId === 'getMe' && status !== '200') continue;
+          t.ok(
+            res.headers?.['Idempotency-Key-Lifetime'],
+            `${method.toUpperCase()} ${path} ${status} declares Idempotency-Key-Lifetime`,
+          );
+        }
       }
     }
-  }
-  t.ok(keyed > 3, 'the keyed operations were found');
-});
+    t.ok(keyed > 3, 'the keyed operations were found');
+  },
+);
 
 void t.test('the client learns the lifetime and warns of a --key-ttl that disagrees', async (t) => {
   const k = await startTestApp(t, { env: { SYNC__IDEMPOTENCY_KEY_TTL: '36h' } });

@@ -15,6 +15,12 @@ export interface Problem {
   readonly [member: string]: unknown;
 }
 
+/**
+ * The error statuses a key stores and replays, besides every 2xx (the
+ * Idempotency-Key header's `x-stored-error-statuses`).
+ */
+export const STORED_ERRORS: readonly number[] = [400, 403, 404, 409, 410, 412, 413, 415, 422];
+
 /** GET /api/v1/me (getMe): Tell who the caller is. */
 export interface GetMe {
   readonly method: 'GET';

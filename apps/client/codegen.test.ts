@@ -44,7 +44,12 @@ const small = {
         summary: 'Put a thing',
         parameters: [
           { in: 'path', name: 'id', required: true, schema: { type: 'string' } },
-          { in: 'header', name: 'Idempotency-Key', required: true, schema: { type: 'string' } },
+          {
+            in: 'header',
+            name: 'Idempotency-Key',
+            required: true,
+            schema: { type: 'string', 'x-stored-error-statuses': [422, 400] },
+          },
         ],
         requestBody: {
           content: {
@@ -114,3 +119,45 @@ void t.test('the generator maps the JSON Schema subset the API uses', (t) => {
   t.throws(() => generateTypes(weird, ['putThing']), /putThing.*200.*x: cannot type/);
   t.end();
 });
+
+void t.test(
+  "the error statuses a key stores come from the keyed operations' Idempotency-Key header",
+  (t) => {
+    t.match(
+      generateTypes(small, ['putThing']),
+      /export const STORED_ERRORS: readonly number\[\] = \[400, 422\];/,
+      'sorted',
+    );
+    const header = (doc: unknown) =>
+      (
+        doc as {
+          paths: Record<string, { put: { parameters: { schema: Record<string, unknown> }[] } }>;
+        }
+      ).paths['/api/v1/things/{id}']!.put.parameters[1]!.schema;
+    const missing = structuredClone(small);
+    delete header(missing)['x-stored-error-statuses'];
+    t.throws(
+      () => generateTypes(missing, ['putThing']),
+      /putThing: its Idempotency-Key header has no x-stored-error-statuses/,
+    );
+    const odd = structuredClone(small);
+    header(odd)['x-stored-error-statuses'] = [200];
+    t.throws(() => generateTypes(odd, ['putThing']), /a list of 4xx statuses/);
+    // Two keyed operations that disagree.
+    const two = structuredClone(small) as unknown as {
+      paths: Record<string, Record<string, unknown>>;
+    };
+    const other = structuredClone(two.paths['/api/v1/things/{id}']!['put']) as {
+      operationId: string;
+      parameters: { schema: Record<string, unknown> }[];
+    };
+    other.operationId = 'postThing';
+    other.parameters[1]!.schema['x-stored-error-statuses'] = [400];
+    two.paths['/api/v1/things/{id}']!['post'] = other;
+    t.throws(
+      () => generateTypes(two, ['putThing', 'postThing']),
+      /postThing and putThing list other x-stored-error-statuses: \[400\] and \[400,422\]/,
+    );
+    t.end();
+  },
+);

@@ -22,6 +22,14 @@ export const CLIENT_OPERATIONS: readonly string[] = [
   'getTransfer',
 ];
 
+/**
+ * The extension of a keyed operation's Idempotency-Key header schema that
+ * lists the error statuses the server stores under a key (the server's
+ * platform/http/idempotency/openapi.ts writes it; the client may import
+ * nothing of the server, so the name is written here again).
+ */
+export const STORED_ERRORS_EXTENSION = 'x-stored-error-statuses';
+
 /** The API document, from the repository root. */
 export const DOCUMENT_FILE = 'docs/api/openapi.json';
 /** The generated file, from the repository root. */
@@ -141,12 +149,15 @@ function operations(document: unknown): Map<string, Operation> {
  * Makes the TypeScript source of the types: one interface per operation
  * (method, path, whether it takes an Idempotency-Key, path parameters, the
  * request body, the answer body per status) and `Problem`, the one schema of
- * the error answers.
+ * the error answers, and `STORED_ERRORS`, the error statuses
+ * a key stores.
  *
  * @param document the parsed API document.
  * @param wanted the operationIds to type; default {@link CLIENT_OPERATIONS}.
  * @returns the file's text, formatted as Prettier formats it.
- * @throws Error naming an operation missing from the document, or the place
+ * @throws Error naming an operation missing from the document, a keyed
+ *   operation without the stored statuses or with another list than the
+ *   others, or the place
  *   of a schema outside the subset it types (object, array, string,
  *   integer, number, boolean, null, enum, const, anyOf, oneOf).
  */
@@ -155,6 +166,9 @@ export function generateTypes(
   wanted: readonly string[] = CLIENT_OPERATIONS,
 ): string {
   const all = operations(document);
+  // The error statuses a key stores, which every keyed operation's
+  // Idempotency-Key header lists alike.
+  let stored: { readonly list: string; readonly from: string } | undefined;
   let problem: string | undefined;
   let problemSource: string | undefined;
   const blocks: string[] = [];
@@ -163,7 +177,31 @@ export function generateTypes(
     if (found === undefined) throw new Error(`operation ${id} is not in the document`);
     const { op, method, path: p } = found;
     const parameters = Array.isArray(op['parameters']) ? op['parameters'].filter(isObject) : [];
-    const keyed = parameters.some((x) => x['in'] === 'header' && x['name'] === 'Idempotency-Key');
+    const keyHeader = parameters.find(
+      (x) => x['in'] === 'header' && x['name'] === 'Idempotency-Key',
+    );
+    const keyed = keyHeader !== undefined;
+    if (keyHeader !== undefined) {
+      const statuses = isObject(keyHeader['schema'])
+        ? keyHeader['schema'][STORED_ERRORS_EXTENSION]
+        : undefined;
+      if (
+        !Array.isArray(statuses) ||
+        statuses.length === 0 ||
+        !statuses.every((n) => Number.isInteger(n) && (n as number) >= 400 && (n as number) <= 499)
+      ) {
+        throw new Error(
+          `${id}: its Idempotency-Key header has no ${STORED_ERRORS_EXTENSION} (a list of 4xx statuses)`,
+        );
+      }
+      const list = JSON.stringify([...(statuses as number[])].sort((a, b) => a - b));
+      if (stored !== undefined && stored.list !== list) {
+        throw new Error(
+          `${id} and ${stored.from} list other ${STORED_ERRORS_EXTENSION}: ${list} and ${stored.list}`,
+        );
+      }
+      stored ??= { list, from: id };
+    }
     const pathParams = parameters.filter((x) => x['in'] === 'path');
     const summary = typeof op['summary'] === 'string' ? `: ${op['summary']}.` : '.';
     let block = `/** ${method.toUpperCase()} ${p} (${id})${summary} */\n`;
@@ -213,7 +251,11 @@ export function generateTypes(
     problem === undefined
       ? ''
       : `\n/** An RFC 9457 problem: the body of every error answer. */\nexport interface Problem ${problem}\n`;
-  return `${header}${problemBlock}${blocks.map((b) => `\n${b}`).join('')}`;
+  const storedBlock =
+    stored === undefined
+      ? ''
+      : `\n/**\n * The error statuses a key stores and replays, besides every 2xx (the\n * Idempotency-Key header's \`${STORED_ERRORS_EXTENSION}\`).\n */\nexport const STORED_ERRORS: readonly number[] = ${stored.list.replace(/,/g, ', ')};\n`;
+  return `${header}${problemBlock}${storedBlock}${blocks.map((b) => `\n${b}`).join('')}`;
 }
 
 async function main(argv: readonly string[]): Promise<number> {

@@ -5,6 +5,7 @@
  * backoff that honours `Retry-After`). Pure functions: the clock and the
  * random source are parameters, so tests control both.
  */
+import { STORED_ERRORS } from './api-types.js';
 
 /** How an answer (or its absence) decides the fate of an intent. */
 export type AnswerClass =
@@ -83,11 +84,11 @@ export interface AnswerFacts {
 /**
  * The error statuses the server stores under a key and replays (docs/api,
  * "Which answers are stored"), apart from `409 request_in_progress` and
- * `422 idempotency_key_reuse`, which {@link classifyAnswer} treats on their own.
+ * `422 idempotency_key_reuse`, which {@link classifyAnswer} treats on their
+ * own: read from the API document (api-types.ts), where the server writes
+ * the list it applies, so the two cannot drift apart.
  */
-export const STORED_ERROR_STATUSES: ReadonlySet<number> = new Set([
-  400, 403, 404, 409, 410, 412, 413, 415, 422,
-]);
+export const STORED_ERROR_STATUSES: ReadonlySet<number> = new Set(STORED_ERRORS);
 
 /**
  * Decides what an answer means for the intent that got it. A 2xx or an

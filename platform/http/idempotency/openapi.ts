@@ -3,6 +3,7 @@
  * @fastify/swagger's `transform` (not through `schema.headers`, which would
  * make Fastify validate the key itself and answer with another error).
  */
+import { FINAL_PROBLEMS } from './attempt.js';
 
 /** Description of the header in the API document. */
 const KEY_DESCRIPTION =
@@ -25,6 +26,15 @@ export const KEY_LIFETIME_DOC = Object.freeze({
     '(sync.idempotency_key_ttl): a repeat under an older key runs as a new request. Sent on every ' +
     'answer of a request with a key, and on the routes that announce it, so a client can learn it before its first write.',
 });
+
+/**
+ * The extension of the `Idempotency-Key` header's schema that lists the
+ * error statuses a key stores and replays (every 2xx is stored too, and a
+ * `409 request_in_progress` never is): the one list the server applies
+ * (attempt.ts) and a client reads from the API document, so the two cannot
+ * drift apart.
+ */
+export const STORED_ERRORS_EXTENSION = 'x-stored-error-statuses';
 
 type Schema = Record<string, unknown>;
 const isObject = (v: unknown): v is Schema =>
@@ -53,7 +63,12 @@ export function documentKeyedRoute(
     type: 'object',
     properties: {
       ...properties,
-      'Idempotency-Key': { type: 'string', format: 'uuid', description: KEY_DESCRIPTION },
+      'Idempotency-Key': {
+        type: 'string',
+        format: 'uuid',
+        description: KEY_DESCRIPTION,
+        [STORED_ERRORS_EXTENSION]: [...FINAL_PROBLEMS].sort((a, b) => a - b),
+      },
     },
     required: idempotent === 'required' ? [...required, 'Idempotency-Key'] : required,
   };
