@@ -12,10 +12,11 @@ import os from 'node:os';
 import path from 'node:path';
 import t, { type Test } from 'tap';
 import { Outbox } from './outbox.js';
+import { groupIsPrivate } from './outbox-groups.js';
 import {
-  groupIsPrivate,
   privateDirectory,
   privateFile,
+  systemFs,
   type ModeFileSystem,
   type ModeStat,
 } from './outbox-private.js';
@@ -395,20 +396,7 @@ void t.test(
     await fs.mkdir(open, { mode: 0o777 });
     await fs.chmod(open, 0o777);
     const probeGone: ModeFileSystem = {
-      lstatSync: (f, o) => nodeFs.lstatSync(f, o),
-      statSync: (f, o) => nodeFs.statSync(f, o),
-      realpathSync: (f) => nodeFs.realpathSync.native(f),
-      chmodSync: (f, m) => {
-        nodeFs.chmodSync(f, m);
-      },
-      openSync: (f, flags, m) => nodeFs.openSync(f, flags, m),
-      fstatSync: (fd) => nodeFs.fstatSync(fd),
-      fchmodSync: (fd, m) => {
-        nodeFs.fchmodSync(fd, m);
-      },
-      closeSync: (fd) => {
-        nodeFs.closeSync(fd);
-      },
+      ...systemFs,
       // As if another user who may write the directory removed it first.
       unlinkSync: (f) => {
         nodeFs.unlinkSync(f);
