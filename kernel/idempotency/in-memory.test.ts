@@ -30,7 +30,7 @@ void t.test(
     let completed = false;
     await t.rejects(
       uow.run(async () => {
-        await store.complete(req(newId()), { status: 201, body: null, resourceId: null });
+        await store.completeAtCommit(req(newId()), { status: 201, body: null, resourceId: null });
         completed = true;
       }),
       /no idempotency key in progress/,
@@ -46,8 +46,8 @@ void t.test('completing a key twice fails the commit and stores nothing', async 
   await t.rejects(
     uow.run(async () => {
       t.equal(await store.take(r), true);
-      await store.complete(r, { status: 201, body: { n: 1 }, resourceId: null });
-      await store.complete(r, { status: 201, body: { n: 2 }, resourceId: null });
+      await store.completeAtCommit(r, { status: 201, body: { n: 1 }, resourceId: null });
+      await store.completeAtCommit(r, { status: 201, body: { n: 2 }, resourceId: null });
     }),
     /no idempotency key in progress/,
   );
@@ -59,7 +59,7 @@ void t.test('a key taken and completed once commits', async (t) => {
   const r = req(newId());
   await uow.run(async () => {
     await store.take(r);
-    await store.complete(r, { status: 201, body: { n: 1 }, resourceId: null });
+    await store.completeAtCommit(r, { status: 201, body: { n: 1 }, resourceId: null });
   });
   t.same(store.peek(r.principalId, r.key)?.response, {
     status: 201,

@@ -155,7 +155,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
    * Like the PostgreSQL store, whose update travels with the COMMIT: the call
    * resolves, and a key not in progress in this transaction fails the commit.
    */
-  complete(req: IdempotencyRequest, res: StoredResponse): Promise<void> {
+  completeAtCommit(req: IdempotencyRequest, res: StoredResponse): Promise<void> {
     const tx = this.uow.current('storing an idempotent answer');
     const row = this.rows.get(`${req.principalId}/${req.key}`);
     if (!row || row.writer !== tx || row.completed) {

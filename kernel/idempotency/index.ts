@@ -106,13 +106,16 @@ export interface IdempotencyStore {
    */
   begin(req: IdempotencyRequest): Promise<IdempotencyEntry | null>;
   /**
-   * Stores the final answer in the same transaction as `begin`.
+   * Stores the final answer in the same transaction as `begin` (or `take`):
+   * the row's update may travel with the transaction's COMMIT, so it takes
+   * effect, or fails, at the commit; the call itself resolves at once. An
+   * update that finds no key in progress fails the commit.
    *
    * @param req the request given to `begin`.
    * @param res the answer to store.
    * @throws TransactionRequiredError outside a unit of work.
    */
-  complete(req: IdempotencyRequest, res: StoredResponse): Promise<void>;
+  completeAtCommit(req: IdempotencyRequest, res: StoredResponse): Promise<void>;
 }
 
 const ONE_TIME_SECRET = 'idempotency.one_time_secret';

@@ -2,9 +2,12 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import {
   claimKeyedTransaction,
   isRetryable,
+  decidedOf,
+  DecidingUnitOfWork,
   TransactionRequiredError,
-  type UnitOfWork,
+  type Decided,
   type UnitOfWorkOptions,
+  type Verdict,
 } from './index.js';
 
 /**
@@ -50,12 +53,14 @@ export interface InMemoryUnitOfWorkOptions {
  * error, savepoints roll back only their own writes, and retryable errors run
  * the function again, as the PostgreSQL implementation does.
  */
-export class InMemoryUnitOfWork implements UnitOfWork {
+export class InMemoryUnitOfWork extends DecidingUnitOfWork {
   private readonly storage = new AsyncLocalStorage<{ tx: TxState; attempt: number }>();
   private nextId = 1;
 
   /** @param options retries and test hooks. */
-  constructor(private readonly options: InMemoryUnitOfWorkOptions = { retryMax: 3 }) {}
+  constructor(private readonly options: InMemoryUnitOfWorkOptions = { retryMax: 3 }) {
+    super();
+  }
 
   /** @inheritdoc */
   inTransaction(): boolean {
@@ -76,36 +81,59 @@ export class InMemoryUnitOfWork implements UnitOfWork {
   }
 
   /** @inheritdoc */
-  async run<T>(fn: () => Promise<T>, options: UnitOfWorkOptions = {}): Promise<T> {
+  async decide<T>(
+    fn: () => Promise<Verdict<T>>,
+    options: UnitOfWorkOptions = {},
+  ): Promise<Decided<T>> {
     const outer = this.storage.getStore();
     if (outer) {
-      if (options.nested !== true) return fn();
+      if (options.nested !== true) return decidedOf(await fn());
       const mark = outer.tx.undo.length;
-      try {
-        return await fn();
-      } catch (err) {
+      const undoSince = (): void => {
         for (const undo of outer.tx.undo.splice(mark).reverse()) undo();
+      };
+      let verdict: Verdict<T>;
+      try {
+        verdict = await fn();
+      } catch (err) {
+        undoSince();
         throw err;
       }
+      if (!verdict.keep) undoSince();
+      return decidedOf(verdict);
     }
     // As the PostgreSQL unit of work: inside a keyed request only the key's
     // own transaction may be opened.
     claimKeyedTransaction('a unit of work opening a transaction');
     for (let attempt = 1; ; attempt++) {
       const tx = this.newTransaction();
-      try {
-        const result = await this.storage.run({ tx, attempt }, fn);
-        const fault =
-          this.options.faultHook?.({ attempt }) ?? this.options.commitHook?.({ attempt });
-        if (fault) throw fault;
-        const failure = tx.commitFailure();
-        if (failure) throw failure;
-        tx.end(true);
-        return result;
-      } catch (err) {
+      const rollBack = (): void => {
         for (const undo of tx.undo.splice(0).reverse()) undo();
         tx.end(false);
+      };
+      let verdict: Verdict<T>;
+      try {
+        verdict = await this.storage.run({ tx, attempt }, fn);
+      } catch (err) {
+        rollBack();
         if (attempt > this.options.retryMax || !isRetryable(err)) throw err;
+        continue;
+      }
+      if (!verdict.keep) {
+        rollBack();
+        return { kind: 'discarded', value: verdict.value };
+      }
+      const failure =
+        this.options.faultHook?.({ attempt }) ??
+        this.options.commitHook?.({ attempt }) ??
+        tx.commitFailure();
+      if (failure === undefined) {
+        tx.end(true);
+        return { kind: 'kept', value: verdict.value };
+      }
+      rollBack();
+      if (attempt > this.options.retryMax || !isRetryable(failure)) {
+        return { kind: 'commit_failed', value: verdict.value, error: failure };
       }
     }
   }

@@ -49,8 +49,72 @@ export interface UnitOfWork {
    * @throws what `fn` threw (after rollback), or the commit's error.
    */
   run<T>(fn: () => Promise<T>, options?: UnitOfWorkOptions): Promise<T>;
+  /**
+   * Runs `fn` as {@link run} does, and lets it say, with the value it
+   * resolves with, whether its writes are kept: `keep: false` rolls back
+   * (to the savepoint when nested), with no retry, and hands the value
+   * back as `discarded`. A commit that fails after `fn` said keep (and
+   * after the retries) is `commit_failed`, with the value `fn` meant to
+   * keep and the error: the caller tells "nothing was decided" (a
+   * rejection) from "the decision did not commit" without state of its own.
+   *
+   * @param fn the work; may be called more than once (retries).
+   * @param options nesting and naming.
+   * @returns how the work ended, with `fn`'s value.
+   * @throws what `fn` threw (after rollback), or what opening the
+   *   transaction threw.
+   */
+  decide<T>(fn: () => Promise<Verdict<T>>, options?: UnitOfWorkOptions): Promise<Decided<T>>;
   /** Whether the caller is inside a unit of work. */
   inTransaction(): boolean;
+}
+
+/** What a function run by {@link UnitOfWork.decide} resolves with: its value, and whether to keep its writes. */
+export interface Verdict<T> {
+  readonly keep: boolean;
+  readonly value: T;
+}
+
+/** How {@link UnitOfWork.decide} ended, with the value of the function's last run. */
+export type Decided<T> =
+  /** Kept: committed (outermost) or released into the outer transaction (nested). */
+  | { readonly kind: 'kept'; readonly value: T }
+  /** The function said not to keep its writes: rolled back. */
+  | { readonly kind: 'discarded'; readonly value: T }
+  /** The function said keep and the commit failed (or its answer was lost): see the error. */
+  | { readonly kind: 'commit_failed'; readonly value: T; readonly error: unknown };
+
+/**
+ * How a run that did not commit by itself ended (one joined to an outer
+ * transaction, or a savepoint released or rolled back), for implementations.
+ *
+ * @param verdict what the function resolved with.
+ * @returns `kept` or `discarded`, with its value.
+ */
+export function decidedOf<T>(verdict: Verdict<T>): Decided<T> {
+  return { kind: verdict.keep ? 'kept' : 'discarded', value: verdict.value };
+}
+
+/**
+ * A unit of work that implements `decide` and gets `run` written over it:
+ * the work is always kept, and a failed commit rejects with its error.
+ */
+export abstract class DecidingUnitOfWork implements UnitOfWork {
+  /** @inheritdoc */
+  abstract decide<T>(
+    fn: () => Promise<Verdict<T>>,
+    options?: UnitOfWorkOptions,
+  ): Promise<Decided<T>>;
+
+  /** @inheritdoc */
+  abstract inTransaction(): boolean;
+
+  /** @inheritdoc */
+  async run<T>(fn: () => Promise<T>, options?: UnitOfWorkOptions): Promise<T> {
+    const decided = await this.decide(async () => ({ keep: true, value: await fn() }), options);
+    if (decided.kind === 'commit_failed') throw decided.error;
+    return decided.value;
+  }
 }
 
 /** SQLSTATEs on which the outermost unit of work retries the whole function. */

@@ -10,8 +10,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import {
   claimKeyedTransaction,
   isRetryable,
-  type UnitOfWork,
+  decidedOf,
+  DecidingUnitOfWork,
+  type Decided,
   type UnitOfWorkOptions,
+  type Verdict,
 } from '../../kernel/txn/index.js';
 import type { TransactionSql } from './client.js';
 import { PgDatabase, type Frame } from './database-handle.js';
@@ -130,7 +133,7 @@ export interface PgUnitOfWorkOptions extends TransactionTimeouts {
 /**
  * {@link UnitOfWork} over postgres.js. See the port for the contract.
  */
-export class PgUnitOfWork implements UnitOfWork {
+export class PgUnitOfWork extends DecidingUnitOfWork {
   private readonly settings: readonly [string, string, string];
   /**
    * The pool was made with these very timeouts as its sessions' defaults
@@ -149,6 +152,7 @@ export class PgUnitOfWork implements UnitOfWork {
     private readonly db: PgDatabase,
     private readonly options: PgUnitOfWorkOptions,
   ) {
+    super();
     const session = db.sessionTimeouts;
     this.preset =
       session !== undefined &&
@@ -168,10 +172,13 @@ export class PgUnitOfWork implements UnitOfWork {
   }
 
   /** @inheritdoc */
-  async run<T>(fn: () => Promise<T>, options: UnitOfWorkOptions = {}): Promise<T> {
+  async decide<T>(
+    fn: () => Promise<Verdict<T>>,
+    options: UnitOfWorkOptions = {},
+  ): Promise<Decided<T>> {
     const outer = this.db.storage.getStore();
     if (outer) {
-      if (options.nested !== true) return fn();
+      if (options.nested !== true) return decidedOf(await fn());
       if (outer.life.ended !== undefined) throw new TransactionEndedError(outer.life.ended);
       return this.savepoint(outer, fn);
     }
@@ -191,6 +198,8 @@ export class PgUnitOfWork implements UnitOfWork {
       const onCommit: (() => void)[] = [];
       // An object, not a let: it is set by a callback.
       const progress = { fnSettled: true };
+      // What fn said to keep: a failure after it is the commit's.
+      let kept: Verdict<T> | undefined;
       let txn: ConnectionTransaction | undefined;
       try {
         txn = await ConnectionTransaction.open(
@@ -228,12 +237,17 @@ export class PgUnitOfWork implements UnitOfWork {
         // The connection closing rejects at once, even while fn still runs:
         // a stuck function must not keep its caller waiting.
         const outcome = await Promise.race([running, txn.closed]);
-        let decided = decide(
+        let decided = scopeOutcome(
           await txn.settled(txn.began),
           outcome,
           await txn.settled(configured),
           scope,
         );
+        if (decided.ok && !decided.value.keep) {
+          await txn.rollback(tx);
+          return { kind: 'discarded', value: decided.value.value };
+        }
+        if (decided.ok) kept = decided.value;
         const fault = decided.ok
           ? this.options.faultHook?.({ attempt, name: options.name })
           : undefined;
@@ -284,11 +298,14 @@ export class PgUnitOfWork implements UnitOfWork {
             // Documented as ignored: the caller must learn of the commit.
           }
         }
-        return decided.value;
+        return { kind: 'kept', value: decided.value.value };
       } catch (err) {
         // Never run fn again beside its own live twin.
         if (!progress.fnSettled) throw err;
-        if (attempt > this.options.retryMax || !isRetryable(err)) throw err;
+        if (attempt > this.options.retryMax || !isRetryable(err)) {
+          if (kept !== undefined) return { kind: 'commit_failed', value: kept.value, error: err };
+          throw err;
+        }
         this.options.onRetry?.({
           attempt,
           code: (err as { code: string }).code,
@@ -306,9 +323,10 @@ export class PgUnitOfWork implements UnitOfWork {
   /**
    * A nested run in a savepoint: SAVEPOINT is sent and `fn` starts at once,
    * so its first statement travels with it. A failure of any statement sent
-   * in the savepoint (even one `fn` caught) rolls back to it and rejects.
+   * in the savepoint (even one `fn` caught) rolls back to it and rejects;
+   * `fn` saying not to keep rolls back to it and resolves.
    */
-  private async savepoint<T>(outer: Frame, fn: () => Promise<T>): Promise<T> {
+  private async savepoint<T>(outer: Frame, fn: () => Promise<Verdict<T>>): Promise<Decided<T>> {
     const { txn } = outer;
     const name = txn.nextSavepoint();
     const scope = newScope();
@@ -318,14 +336,20 @@ export class PgUnitOfWork implements UnitOfWork {
     // Its client sends nothing more: a detached statement would otherwise
     // land in the outer transaction after the savepoint's verdict.
     scope.ended = true;
-    const decided = decide(await txn.settled(opened), outcome, { ok: true, value: null }, scope);
-    if (decided.ok) return decided.value;
+    const decided = scopeOutcome(
+      await txn.settled(opened),
+      outcome,
+      { ok: true, value: null },
+      scope,
+    );
+    if (decided.ok && decided.value.keep) return { kind: 'kept', value: decided.value.value };
     if (txn.life.ended === undefined) {
       // In the outer scope: if even this fails, the transaction cannot commit.
       // A failure is recorded in the outer scope, which then fails; the
       // cause is below.
       await txn.settled(settle(outer.tx.unsafe(`rollback to savepoint ${name}`).execute()));
     }
+    if (decided.ok) return { kind: 'discarded', value: decided.value.value };
     throw decided.error;
   }
 }
@@ -347,7 +371,7 @@ export class TransactionAbortedError extends Error {
  * when `fn` only saw the aborted transaction, 25P02), then the settings,
  * then a failed statement `fn` caught.
  */
-function decide<T>(
+function scopeOutcome<T>(
   opened: Settled<unknown>,
   outcome: Settled<T>,
   settings: Settled<unknown>,

@@ -101,7 +101,7 @@ async function call(o: CeilingOptions, body: string): Promise<void> {
       },
       { nested: true },
     );
-    await o.store.complete(request, {
+    await o.store.completeAtCommit(request, {
       status: 201,
       body: answerOf(transfer),
       resourceId: transfer.id,

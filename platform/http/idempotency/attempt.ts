@@ -22,7 +22,7 @@ import {
   keyedTransactionRefusal,
   withinKeyedTransaction,
   type UnitOfWork,
-  type UnitOfWorkOptions,
+  type Verdict,
 } from '../../../kernel/txn/index.js';
 import { isSuccess, type Captured } from './capture.js';
 
@@ -45,7 +45,7 @@ export type Decision =
   | { readonly kind: 'not_stored'; readonly answer: Captured }
   /** The first request still holds the key and the wait ran out. */
   | { readonly kind: 'in_progress' }
-  /** The answer was ready, but the commit failed: nothing happened. */
+  /** The answer was stored, and the COMMIT failed or its answer was lost: see the error. */
   | { readonly kind: 'commit_failed'; readonly error: unknown }
   /** The attempt failed before an answer (the database, a bug): nothing stored. */
   | { readonly kind: 'failed'; readonly error: unknown };
@@ -68,49 +68,6 @@ export interface AttemptInput {
   readonly invoke: () => Promise<Captured>;
   /** Called once per attempt with the time spent taking the key, waits included. */
   readonly onKeyWait: (seconds: number) => void;
-}
-
-/** Returned by a function run by {@link inTransaction}: its value, and whether to keep its writes. */
-interface Kept<T> {
-  readonly keep: boolean;
-  readonly value: T;
-}
-
-/** Carries a value out of a unit of work that must roll back. */
-class Discard<T> extends Error {
-  constructor(readonly value: T) {
-    super('rolled back on purpose');
-  }
-}
-
-/**
- * Runs `fn` in the unit of work (a savepoint when nested), committing when
- * it says keep and rolling back otherwise, and hands back its value either
- * way. The port rolls back only on a rejection, so the one rejection used
- * for that is made and caught here, never seen by the state machine.
- *
- * @param uow the unit of work.
- * @param fn the work; may run more than once (retries of the outermost).
- * @param options nesting and naming.
- * @returns the value and whether it was kept.
- * @throws what `fn` or the commit threw.
- */
-async function inTransaction<T>(
-  uow: UnitOfWork,
-  fn: () => Promise<Kept<T>>,
-  options: UnitOfWorkOptions,
-): Promise<{ kept: boolean; value: T }> {
-  try {
-    const value = await uow.run(async () => {
-      const result = await fn();
-      if (!result.keep) throw new Discard(result.value);
-      return result.value;
-    }, options);
-    return { kept: true, value };
-  } catch (err) {
-    if (err instanceof Discard) return { kept: false, value: err.value as T };
-    throw err;
-  }
 }
 
 /** What the handler's savepoint ended with. */
@@ -158,99 +115,125 @@ export function runAttempt(input: AttemptInput, name: string): Promise<Decision>
 }
 
 async function attemptInTransaction(input: AttemptInput, name: string): Promise<Decision> {
-  const { store, transaction } = input;
-  // Set inside the attempt, read after it: whether the answer was stored
-  // when the unit of work failed (then the commit failed).
-  const progress = { completed: false };
   try {
-    const { value } = await inTransaction<Decision>(
-      transaction,
-      async () => {
-        progress.completed = false;
-        input.prepare();
-        const keyed: IdempotencyRequest = { ...input.request, now: input.now() };
-        const started = performance.now();
-        let reported = false;
-        const keyWaited = (): void => {
-          if (reported) return;
-          reported = true;
-          input.onKeyWait((performance.now() - started) / 1000);
-        };
-        // The handler runs in a savepoint, so a final answer other than a
-        // 2xx rolls back its effects and keeps the key row. The key's insert
-        // is sent first and the savepoint goes with it in one round trip.
-        const taking = settle(store.take(keyed));
-        const inSavepoint = (afterTake: boolean) =>
-          inTransaction<Handled>(
-            transaction,
-            async () => {
-              if (afterTake) {
-                const took = await taking;
-                if (!took.ok || !took.value) return { keep: false, value: { kind: 'not_taken' } };
-                keyWaited();
-              }
-              const answer = await input.invoke();
-              // A write the handler sent outside the key's transaction was
-              // refused (kernel/txn): fail even if the handler caught it,
-              // since its answer may claim an effect that never happened.
-              const refused = keyedTransactionRefusal();
-              if (refused !== undefined) throw refused;
-              return { keep: isSuccess(answer), value: { kind: 'answer', answer } };
-            },
-            { nested: true },
-          );
-        let handled: Handled;
-        try {
-          handled = (await inSavepoint(true)).value;
-        } catch (err) {
-          // The insert failed (in progress, connection lost): the savepoint
-          // failed with the aborted transaction; the insert's error is the cause.
-          const took = await taking;
-          if (!took.ok) {
-            keyWaited();
-            throw took.error;
-          }
-          throw err;
-        }
-        if (handled.kind === 'not_taken') {
-          const took = await taking;
-          if (!took.ok) {
-            keyWaited();
-            throw took.error;
-          }
-          // A row exists for the key (a first request committed, or it
-          // expired): begin does the full work.
-          let existing: IdempotencyEntry | null;
-          try {
-            existing = await store.begin(keyed);
-          } finally {
-            keyWaited();
-          }
-          if (existing !== null)
-            return { keep: false, value: { kind: 'existing', entry: existing } };
-          handled = (await inSavepoint(false)).value;
-        }
-        if (handled.kind !== 'answer') throw new Error('the key was not taken after begin');
-        const answer = handled.answer;
-        const success = isSuccess(answer);
-        const final = FINAL_PROBLEMS.has(answer.status) && answer.code !== 'request_in_progress';
-        if (!success && !final) return { keep: false, value: { kind: 'not_stored', answer } };
-        const secret = success && (input.oneTimeSecret || oneTimeSecretMarked());
-        const resourceId = success ? resourceIdOf(answer.body) : null;
-        await store.complete(keyed, {
-          status: answer.status,
-          body: secret ? { one_time_secret: true } : answer.body,
-          resourceId,
-        });
-        progress.completed = true;
-        return { keep: true, value: { kind: 'stored', answer, resourceId } };
-      },
-      { name },
-    );
-    return value;
+    const decided = await input.transaction.decide(() => oneAttempt(input), { name });
+    // The answer was stored and the COMMIT failed, or its answer was lost.
+    if (decided.kind === 'commit_failed') return { kind: 'commit_failed', error: decided.error };
+    return decided.value;
   } catch (error) {
     if (isRequestInProgress(error)) return { kind: 'in_progress' };
-    if (progress.completed) return { kind: 'commit_failed', error };
     return { kind: 'failed', error };
   }
+}
+
+/** Reports the time spent taking the key once per attempt, whichever way it ended. */
+function keyWaitReporter(onKeyWait: (seconds: number) => void): () => void {
+  const started = performance.now();
+  let reported = false;
+  return () => {
+    if (reported) return;
+    reported = true;
+    onKeyWait((performance.now() - started) / 1000);
+  };
+}
+
+/**
+ * One run of the attempt in the key's transaction (the unit of work runs it
+ * again on a retry): take the key, run the handler in a savepoint, and say
+ * whether to commit. Commits only a final answer, with its row completed.
+ */
+async function oneAttempt(input: AttemptInput): Promise<Verdict<Decision>> {
+  input.prepare();
+  const keyed: IdempotencyRequest = { ...input.request, now: input.now() };
+  const keyWaited = keyWaitReporter(input.onKeyWait);
+  // The handler runs in a savepoint, so a final answer other than a 2xx
+  // rolls back its effects and keeps the key row. The key's insert is sent
+  // first and the savepoint goes with it in one round trip.
+  const taking = settle(input.store.take(keyed));
+  let handled: Handled;
+  try {
+    handled = await handlerInSavepoint(input, taking, keyWaited);
+  } catch (err) {
+    // The insert failed (in progress, connection lost): the savepoint
+    // failed with the aborted transaction; the insert's error is the cause.
+    await throwIfNotTaken(taking, keyWaited);
+    throw err;
+  }
+  if (handled.kind === 'not_taken') {
+    await throwIfNotTaken(taking, keyWaited);
+    // A row exists for the key (a first request committed, or it
+    // expired): begin does the full work.
+    let existing: IdempotencyEntry | null;
+    try {
+      existing = await input.store.begin(keyed);
+    } finally {
+      keyWaited();
+    }
+    if (existing !== null) return { keep: false, value: { kind: 'existing', entry: existing } };
+    handled = await handlerInSavepoint(input, null, keyWaited);
+  }
+  if (handled.kind !== 'answer') throw new Error('the key was not taken after begin');
+  return storedOrNot(input, keyed, handled.answer);
+}
+
+/** Throws the key's insert's error if it failed (the key wait then ended). */
+async function throwIfNotTaken(
+  taking: Promise<Settled<boolean>>,
+  keyWaited: () => void,
+): Promise<void> {
+  const took = await taking;
+  if (took.ok) return;
+  keyWaited();
+  throw took.error;
+}
+
+/**
+ * Runs the handler in a savepoint of the key's transaction, after the key's
+ * insert when one is in flight; keeps its writes only for a 2xx.
+ */
+async function handlerInSavepoint(
+  input: AttemptInput,
+  taking: Promise<Settled<boolean>> | null,
+  keyWaited: () => void,
+): Promise<Handled> {
+  const decided = await input.transaction.decide<Handled>(
+    async () => {
+      if (taking !== null) {
+        const took = await taking;
+        if (!took.ok || !took.value) return { keep: false, value: { kind: 'not_taken' } };
+        keyWaited();
+      }
+      const answer = await input.invoke();
+      // A write the handler sent outside the key's transaction was refused
+      // (kernel/txn): fail even if the handler caught it, since its answer
+      // may claim an effect that never happened.
+      const refused = keyedTransactionRefusal();
+      if (refused !== undefined) throw refused;
+      return { keep: isSuccess(answer), value: { kind: 'answer', answer } };
+    },
+    { nested: true },
+  );
+  return decided.value;
+}
+
+/**
+ * A final answer is stored, its row completed with the COMMIT, and kept;
+ * any other (401, 428, 429, 5xx, ...) is rolled back with the key row.
+ */
+async function storedOrNot(
+  input: AttemptInput,
+  keyed: IdempotencyRequest,
+  answer: Captured,
+): Promise<Verdict<Decision>> {
+  const success = isSuccess(answer);
+  const final = FINAL_PROBLEMS.has(answer.status) && answer.code !== 'request_in_progress';
+  if (!success && !final) return { keep: false, value: { kind: 'not_stored', answer } };
+  const secret = success && (input.oneTimeSecret || oneTimeSecretMarked());
+  const resourceId = success ? resourceIdOf(answer.body) : null;
+  await input.store.completeAtCommit(keyed, {
+    status: answer.status,
+    body: secret ? { one_time_secret: true } : answer.body,
+    resourceId,
+  });
+  return { keep: true, value: { kind: 'stored', answer, resourceId } };
 }

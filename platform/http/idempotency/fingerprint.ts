@@ -14,7 +14,10 @@
  * the joined form is unambiguous.
  */
 import { createHash } from 'node:crypto';
+import type { FastifyRequest } from 'fastify';
 import { canonicalBody } from './canonical.js';
+import { FST_IDEMPOTENCY_HANDLER_CONTRACT } from './errors.js';
+import { bodyBytesOf } from './request-state.js';
 
 /** What the fingerprint is computed from. */
 export interface FingerprintInput {
@@ -41,4 +44,33 @@ export function fingerprint(input: FingerprintInput): Buffer {
     .update(`${input.method.toUpperCase()}\n${path}\n${preconditions}\n`, 'utf8')
     .update(canonicalBody(input.body).bytes)
     .digest();
+}
+
+/**
+ * The fingerprint of a keyed request as received: its method, raw URL,
+ * preconditions and the body bytes its preParsing hook kept.
+ *
+ * @param req the request.
+ * @returns 32 bytes.
+ * @throws FST_IDEMPOTENCY_HANDLER_CONTRACT when the request has a body
+ *   whose bytes were not kept (the plugin's preParsing hook was bypassed).
+ */
+export function requestFingerprint(req: FastifyRequest): Buffer {
+  const ifMatch = req.headers['if-match'];
+  const ifNoneMatch = req.headers['if-none-match'];
+  const chunks = bodyBytesOf(req);
+  if (chunks === null && req.body !== undefined) {
+    // Never a fingerprint without its body: a route whose preParsing hook
+    // was bypassed must fail loudly, not replay another body's answer.
+    throw new FST_IDEMPOTENCY_HANDLER_CONTRACT(
+      'a body the plugin saw (its preParsing hook did not run)',
+    );
+  }
+  return fingerprint({
+    method: req.method,
+    rawUrl: req.raw.url ?? req.url,
+    ifMatch: Array.isArray(ifMatch) ? ifMatch.join(', ') : ifMatch,
+    ifNoneMatch: Array.isArray(ifNoneMatch) ? ifNoneMatch.join(', ') : ifNoneMatch,
+    body: chunks === null ? undefined : Buffer.concat(chunks),
+  });
 }

@@ -192,16 +192,16 @@ export function resolveOptions(options: unknown): ResolvedOptions {
     throw new FST_IDEMPOTENCY_INVALID_OPTION(unknown, 'is not an option of this plugin');
   }
   const o = options as Partial<Record<keyof IdempotencyOptions, unknown>>;
-  if (!hasMethods(o.store, ['recall', 'take', 'begin', 'complete'])) {
+  if (!hasMethods(o.store, ['recall', 'take', 'begin', 'completeAtCommit'])) {
     throw new FST_IDEMPOTENCY_INVALID_OPTION(
       'store',
-      'is required: an IdempotencyStore (recall, take, begin, complete)',
+      'is required: an IdempotencyStore (recall, take, begin, completeAtCommit)',
     );
   }
-  if (!hasMethods(o.transaction, ['run', 'inTransaction'])) {
+  if (!hasMethods(o.transaction, ['run', 'decide', 'inTransaction'])) {
     throw new FST_IDEMPOTENCY_INVALID_OPTION(
       'transaction',
-      'is required: the UnitOfWork the handlers join (run, inTransaction)',
+      'is required: the UnitOfWork the handlers join (run, decide, inTransaction)',
     );
   }
   if (typeof o.scope !== 'function') {

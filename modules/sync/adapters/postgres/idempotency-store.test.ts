@@ -53,7 +53,7 @@ void t.test('a fresh key is taken and completed with the effect in one transacti
   await uow.run(async () => {
     t.equal(await store.begin(request(key)), null, 'a fresh key is taken');
     await db.tx('effect')`insert into effects values (1)`;
-    await store.complete(request(key), { status: 201, body: { id: 1 }, resourceId: null });
+    await store.completeAtCommit(request(key), { status: 201, body: { id: 1 }, resourceId: null });
   });
   const [row] = await rows();
   t.equal(row?.key, key);
@@ -72,7 +72,11 @@ void t.test('begin on a completed key returns the stored entry and takes nothing
   const key = newId();
   await uow.run(async () => {
     await store.begin(request(key));
-    await store.complete(request(key), { status: 200, body: { ok: true }, resourceId: null });
+    await store.completeAtCommit(request(key), {
+      status: 200,
+      body: { ok: true },
+      resourceId: null,
+    });
   });
   const entry = await uow.run(() => store.begin(request(key)));
   t.equal(entry?.completed, true);
@@ -85,12 +89,16 @@ void t.test('an expired row is replaced by the new request, which takes the key'
   const key = newId();
   await uow.run(async () => {
     await store.begin(request(key));
-    await store.complete(request(key), { status: 200, body: { old: true }, resourceId: null });
+    await store.completeAtCommit(request(key), {
+      status: 200,
+      body: { old: true },
+      resourceId: null,
+    });
   });
   const later = new Date(NOW.getTime() + TTL + 1);
   await uow.run(async () => {
     t.equal(await store.begin(request(key, later)), null, 'the key is taken afresh');
-    await store.complete(request(key, later), {
+    await store.completeAtCommit(request(key, later), {
       status: 201,
       body: { new: true },
       resourceId: null,
@@ -110,7 +118,11 @@ void t.test(
       uow.run(async () => {
         await db.tx('effect')`insert into effects values (1)`;
         // No begin: the key is not in progress.
-        await store.complete(request(newId()), { status: 201, body: null, resourceId: null });
+        await store.completeAtCommit(request(newId()), {
+          status: 201,
+          body: null,
+          resourceId: null,
+        });
       }),
       /0 idempotency keys completed instead of 1/,
     );
@@ -127,7 +139,11 @@ void t.test(
     t.equal(
       await uow.run(async () => {
         const taken = await store.take(request(key));
-        await store.complete(request(key), { status: 200, body: { n: 1 }, resourceId: null });
+        await store.completeAtCommit(request(key), {
+          status: 200,
+          body: { n: 1 },
+          resourceId: null,
+        });
         return taken;
       }),
       true,
@@ -160,7 +176,11 @@ void t.test(
     t.equal(store.recall(principalId, key, NOW), null, 'before the key exists: absent');
     await uow.run(async () => {
       await store.begin(request(key));
-      await store.complete(request(key), { status: 201, body: { id: 1 }, resourceId: null });
+      await store.completeAtCommit(request(key), {
+        status: 201,
+        body: { id: 1 },
+        resourceId: null,
+      });
     });
     // Taken away behind the store's back: only memory can still answer.
     await tdb.owner`delete from idempotency_keys where key = ${key}`;
@@ -176,7 +196,11 @@ void t.test(
     await t.rejects(
       uow.run(async () => {
         await store.begin(request(rolledBack));
-        await store.complete(request(rolledBack), { status: 201, body: null, resourceId: null });
+        await store.completeAtCommit(request(rolledBack), {
+          status: 201,
+          body: null,
+          resourceId: null,
+        });
         throw new Error('rolled back');
       }),
       /rolled back/,
@@ -186,7 +210,11 @@ void t.test(
     await t.rejects(
       uow.run(async () => {
         // Not in progress: PostgreSQL rolls the COMMIT back.
-        await store.complete(request(refused), { status: 201, body: null, resourceId: null });
+        await store.completeAtCommit(request(refused), {
+          status: 201,
+          body: null,
+          resourceId: null,
+        });
       }),
     );
     t.equal(store.recall(principalId, refused, NOW), null, 'a refused completion: not kept');
@@ -194,7 +222,11 @@ void t.test(
     const other = newId();
     await uow.run(async () => {
       await plain.begin(request(other));
-      await plain.complete(request(other), { status: 200, body: { id: 2 }, resourceId: null });
+      await plain.completeAtCommit(request(other), {
+        status: 200,
+        body: { id: 2 },
+        resourceId: null,
+      });
     });
     t.equal(store.recall(principalId, other, NOW), null, 'another writer: unknown here');
     const met = await uow.run(() => store.begin(request(other)));
@@ -222,7 +254,7 @@ void t.test('with a replay cache, an answer over 4 KiB is never kept in memory',
     ] as const) {
       await uow.run(async () => {
         await writer.begin(request(key));
-        await writer.complete(request(key), {
+        await writer.completeAtCommit(request(key), {
           status: 201,
           body: { text: 'x'.repeat(size) },
           resourceId: null,

@@ -1,6 +1,6 @@
 /**
  * The idempotency store over PostgreSQL (table `idempotency_keys`). `begin`
- * and `complete` run in the request's own transaction, so the key row and
+ * and `completeAtCommit` run in the request's own transaction, so the key row and
  * the request's effect commit together; `find` reads committed rows through
  * the pool for the replay fast path.
  */
@@ -75,7 +75,7 @@ export class PgIdempotencyStore implements IdempotencyStore {
   readonly #cache: ReplayCache | undefined;
 
   /**
-   * @param db the database handle whose ambient transaction `begin` and `complete` join.
+   * @param db the database handle whose ambient transaction `begin` and `completeAtCommit` join.
    * @param options the replay cache, when wanted.
    * @throws RangeError for replay cache options out of range.
    */
@@ -187,7 +187,7 @@ export class PgIdempotencyStore implements IdempotencyStore {
    * finds no key in progress, it raises an error, PostgreSQL rolls the whole
    * transaction back, and the unit of work rejects.
    */
-  complete(req: IdempotencyRequest, res: StoredResponse): Promise<void> {
+  completeAtCommit(req: IdempotencyRequest, res: StoredResponse): Promise<void> {
     // The JSON text sent is the one the cache keeps the value of: a replay
     // from memory answers what a replay from the row would.
     const text = res.body === null || res.body === undefined ? null : JSON.stringify(res.body);

@@ -1,0 +1,96 @@
+/**
+ * `decide` over the in-memory unit of work, as the PostgreSQL one does it
+ * (platform/pg/uow-decide.test.ts): keep commits, keep: false rolls back
+ * and hands the value back, a failed commit is reported with the value.
+ */
+import t from 'tap';
+import { InMemoryUnitOfWork } from './in-memory.js';
+
+/** A register whose writes are undone when their transaction rolls back. */
+function register(uow: InMemoryUnitOfWork) {
+  const values: string[] = [];
+  return {
+    values,
+    write(v: string): void {
+      values.push(v);
+      uow.current('a write').onRollback(() => {
+        values.splice(values.indexOf(v), 1);
+      });
+    },
+  };
+}
+
+void t.test('keep: false rolls back, hands the value back, and is not retried', async (t) => {
+  const uow = new InMemoryUnitOfWork({ retryMax: 3 });
+  const r = register(uow);
+  let runs = 0;
+  const decided = await uow.decide(() => {
+    runs++;
+    r.write('discarded');
+    return Promise.resolve({ keep: false, value: 'the answer' });
+  });
+  t.same(decided, { kind: 'discarded', value: 'the answer' });
+  t.equal(runs, 1);
+  t.same(r.values, []);
+});
+
+void t.test('keep: true commits', async (t) => {
+  const uow = new InMemoryUnitOfWork({ retryMax: 3 });
+  const r = register(uow);
+  const decided = await uow.decide(() => {
+    r.write('kept');
+    return Promise.resolve({ keep: true, value: 1 });
+  });
+  t.same(decided, { kind: 'kept', value: 1 });
+  t.same(r.values, ['kept']);
+});
+
+void t.test('nested, keep: false undoes only the savepoint', async (t) => {
+  const uow = new InMemoryUnitOfWork({ retryMax: 3 });
+  const r = register(uow);
+  const inner = await uow.run(async () => {
+    r.write('outer');
+    const decided = await uow.decide(
+      () => {
+        r.write('inner');
+        return Promise.resolve({ keep: false, value: 'inner value' });
+      },
+      { nested: true },
+    );
+    r.write('after');
+    return decided;
+  });
+  t.same(inner, { kind: 'discarded', value: 'inner value' });
+  t.same(r.values, ['outer', 'after']);
+});
+
+void t.test('a failing commit after keep: true is commit_failed with the value', async (t) => {
+  const boom = Object.assign(new Error('commit refused'), { code: '23514' });
+  const uow = new InMemoryUnitOfWork({ retryMax: 3, commitHook: () => boom });
+  const r = register(uow);
+  const decided = await uow.decide(() => {
+    r.write('doomed');
+    return Promise.resolve({ keep: true, value: 'meant to keep' });
+  });
+  t.same(decided, { kind: 'commit_failed', value: 'meant to keep', error: boom });
+  t.same(r.values, [], 'rolled back');
+});
+
+void t.test('a retryable commit failure runs again; run() rejects a failed commit', async (t) => {
+  let faults = 1;
+  const retrying = new InMemoryUnitOfWork({
+    retryMax: 3,
+    commitHook: () =>
+      faults-- > 0 ? Object.assign(new Error('serialization'), { code: '40001' }) : undefined,
+  });
+  let runs = 0;
+  t.same(await retrying.decide(() => Promise.resolve({ keep: true, value: ++runs })), {
+    kind: 'kept',
+    value: 2,
+  });
+  const failing = new InMemoryUnitOfWork({ retryMax: 0, commitHook: () => new Error('refused') });
+  await t.rejects(
+    failing.run(() => Promise.resolve('x')),
+    /refused/,
+  );
+});
