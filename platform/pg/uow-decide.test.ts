@@ -143,3 +143,32 @@ void t.test('what the function throws still rejects, after the rollback', async 
   );
   t.same(await rows(), []);
 });
+
+void t.test(
+  'keep: false after a failed statement fn answered for: discarded with its value, nested and outermost',
+  async (t) => {
+    const { db, uow, rows } = await setup(t);
+    await uow.run(() => db.sql()`insert into probe values (1, 'first')`);
+    const duplicateInsert = async () => {
+      try {
+        await db.sql()`insert into probe values (1, 'again')`;
+        return { keep: true, value: 'unreachable' };
+      } catch {
+        // A handler that turns the unique violation into its final 409.
+        return { keep: false, value: '409 conflict' };
+      }
+    };
+    const nested = await uow.run(async () => {
+      const decided = await uow.decide(duplicateInsert, { nested: true });
+      await db.sql()`insert into probe values (2, 'after the savepoint')`;
+      return decided;
+    });
+    t.same(nested, { kind: 'discarded', value: '409 conflict' }, 'nested');
+    t.same(
+      await uow.decide(duplicateInsert),
+      { kind: 'discarded', value: '409 conflict' },
+      'outermost',
+    );
+    t.same(await rows(), [1, 2], 'the outer transaction went on after the savepoint');
+  },
+);

@@ -237,16 +237,15 @@ export class PgUnitOfWork extends DecidingUnitOfWork {
         // The connection closing rejects at once, even while fn still runs:
         // a stuck function must not keep its caller waiting.
         const outcome = await Promise.race([running, txn.closed]);
-        let decided = scopeOutcome(
-          await txn.settled(txn.began),
-          outcome,
-          await txn.settled(configured),
-          scope,
-        );
-        if (decided.ok && !decided.value.keep) {
+        const began = await txn.settled(txn.began);
+        const settings = await txn.settled(configured);
+        // Asked to roll back: the value stands even when a statement in it
+        // failed and fn answered for it.
+        if (began.ok && outcome.ok && !outcome.value.keep) {
           await txn.rollback(tx);
-          return { kind: 'discarded', value: decided.value.value };
+          return { kind: 'discarded', value: outcome.value.value };
         }
+        let decided = scopeOutcome(began, outcome, settings, scope);
         if (decided.ok) kept = decided.value;
         const fault = decided.ok
           ? this.options.faultHook?.({ attempt, name: options.name })
@@ -336,12 +335,13 @@ export class PgUnitOfWork extends DecidingUnitOfWork {
     // Its client sends nothing more: a detached statement would otherwise
     // land in the outer transaction after the savepoint's verdict.
     scope.ended = true;
-    const decided = scopeOutcome(
-      await txn.settled(opened),
-      outcome,
-      { ok: true, value: null },
-      scope,
-    );
+    const savepointOpened = await txn.settled(opened);
+    // Asked to roll back: the value stands even when a statement in the
+    // savepoint failed and fn answered for it (a caught 23505 told as 409).
+    const discarding = savepointOpened.ok && outcome.ok && !outcome.value.keep;
+    const decided = discarding
+      ? outcome
+      : scopeOutcome(savepointOpened, outcome, { ok: true, value: null }, scope);
     if (decided.ok && decided.value.keep) return { kind: 'kept', value: decided.value.value };
     if (txn.life.ended === undefined) {
       // In the outer scope: if even this fails, the transaction cannot commit.
