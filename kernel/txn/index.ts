@@ -57,6 +57,10 @@ export interface UnitOfWork {
    * after the retries) is `commit_failed`, with the value `fn` meant to
    * keep and the error: the caller tells "nothing was decided" (a
    * rejection) from "the decision did not commit" without state of its own.
+   * Joined to an outer unit of work without `nested`, there is nothing of
+   * its own to roll back: `keep: false` is reported as `discarded` while
+   * its writes stay in the outer transaction; pass `nested: true` for a
+   * savepoint that rolls them back.
    *
    * @param fn the work; may be called more than once (retries).
    * @param options nesting and naming.
