@@ -64,6 +64,22 @@ void t.test('nested, keep: false undoes only the savepoint', async (t) => {
   t.same(r.values, ['outer', 'after']);
 });
 
+void t.test('joined without nested, keep: false still undoes what it did', async (t) => {
+  const uow = new InMemoryUnitOfWork({ retryMax: 3 });
+  const r = register(uow);
+  const inner = await uow.run(async () => {
+    r.write('outer');
+    const decided = await uow.decide(() => {
+      r.write('inner');
+      return Promise.resolve({ keep: false, value: 'inner value' });
+    });
+    r.write('after');
+    return decided;
+  });
+  t.same(inner, { kind: 'discarded', value: 'inner value' });
+  t.same(r.values, ['outer', 'after']);
+});
+
 void t.test('a failing commit after keep: true is commit_failed with the value', async (t) => {
   const boom = Object.assign(new Error('commit refused'), { code: '23514' });
   const uow = new InMemoryUnitOfWork({ retryMax: 3, commitHook: () => boom });

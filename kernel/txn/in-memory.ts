@@ -81,9 +81,9 @@ export class InMemoryUnitOfWork extends DecidingUnitOfWork {
   }
 
   /** @inheritdoc */
-  async decide<T>(
+  protected async perform<T>(
     fn: () => Promise<Verdict<T>>,
-    options: UnitOfWorkOptions = {},
+    options: UnitOfWorkOptions,
   ): Promise<Decided<T>> {
     const outer = this.storage.getStore();
     if (outer) {

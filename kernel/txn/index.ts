@@ -57,10 +57,9 @@ export interface UnitOfWork {
    * after the retries) is `commit_failed`, with the value `fn` meant to
    * keep and the error: the caller tells "nothing was decided" (a
    * rejection) from "the decision did not commit" without state of its own.
-   * Joined to an outer unit of work without `nested`, there is nothing of
-   * its own to roll back: `keep: false` is reported as `discarded` while
-   * its writes stay in the outer transaction; pass `nested: true` for a
-   * savepoint that rolls them back.
+   * Joined to an outer unit of work it always runs in a savepoint, with or
+   * without `nested`: a discard that left its writes in the outer
+   * transaction would be reported as rolled back and then commit.
    *
    * @param fn the work; may be called more than once (retries).
    * @param options nesting and naming.
@@ -100,22 +99,40 @@ export function decidedOf<T>(verdict: Verdict<T>): Decided<T> {
 }
 
 /**
- * A unit of work that implements `decide` and gets `run` written over it:
- * the work is always kept, and a failed commit rejects with its error.
+ * A unit of work that implements one loop, {@link DecidingUnitOfWork.perform},
+ * and gets `run` and `decide` written over it: `run`'s work is always kept
+ * and a failed commit rejects with its error; `decide` always asks for a
+ * savepoint when joined, so that its `keep: false` has something to roll
+ * back.
  */
 export abstract class DecidingUnitOfWork implements UnitOfWork {
-  /** @inheritdoc */
-  abstract decide<T>(
+  /**
+   * The adapter's loop: runs `fn` in the ambient transaction or a new one,
+   * in a savepoint when joined with `options.nested`, and ends as
+   * {@link UnitOfWork.decide} describes.
+   *
+   * @param fn the work and its verdict; may be called more than once.
+   * @param options nesting and naming, as the caller meant them.
+   * @returns how the work ended, with `fn`'s value.
+   * @throws what `fn` threw (after rollback), or what opening the
+   *   transaction threw.
+   */
+  protected abstract perform<T>(
     fn: () => Promise<Verdict<T>>,
-    options?: UnitOfWorkOptions,
+    options: UnitOfWorkOptions,
   ): Promise<Decided<T>>;
 
   /** @inheritdoc */
   abstract inTransaction(): boolean;
 
   /** @inheritdoc */
-  async run<T>(fn: () => Promise<T>, options?: UnitOfWorkOptions): Promise<T> {
-    const decided = await this.decide(async () => ({ keep: true, value: await fn() }), options);
+  decide<T>(fn: () => Promise<Verdict<T>>, options: UnitOfWorkOptions = {}): Promise<Decided<T>> {
+    return this.perform(fn, { ...options, nested: true });
+  }
+
+  /** @inheritdoc */
+  async run<T>(fn: () => Promise<T>, options: UnitOfWorkOptions = {}): Promise<T> {
+    const decided = await this.perform(async () => ({ keep: true, value: await fn() }), options);
     if (decided.kind === 'commit_failed') throw decided.error;
     return decided.value;
   }

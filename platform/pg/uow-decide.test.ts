@@ -67,6 +67,23 @@ void t.test('nested, keep: false rolls back to the savepoint only', async (t) =>
   t.same(await rows(), [1, 3], 'the savepoint rolled back, the outer transaction committed');
 });
 
+void t.test('joined without nested, keep: false still rolls back what it did', async (t) => {
+  const { db, uow, rows } = await setup(t);
+  const inner = await uow.run(async () => {
+    await db.sql()`insert into probe values (1, 'outer')`;
+    // No `nested`: a discard that left its writes in the outer transaction
+    // would be reported as rolled back while it commits.
+    const decided = await uow.decide(async () => {
+      await db.sql()`insert into probe values (2, 'inner')`;
+      return { keep: false, value: 'inner value' };
+    });
+    await db.sql()`insert into probe values (3, 'after')`;
+    return decided;
+  });
+  t.same(inner, { kind: 'discarded', value: 'inner value' });
+  t.same(await rows(), [1, 3], 'the discarded write is gone, the outer ones committed');
+});
+
 void t.test('nested, keep: true releases the savepoint into the outer transaction', async (t) => {
   const { db, uow, rows } = await setup(t);
   const decided = await uow.decide(async () => {

@@ -172,9 +172,9 @@ export class PgUnitOfWork extends DecidingUnitOfWork {
   }
 
   /** @inheritdoc */
-  async decide<T>(
+  protected async perform<T>(
     fn: () => Promise<Verdict<T>>,
-    options: UnitOfWorkOptions = {},
+    options: UnitOfWorkOptions,
   ): Promise<Decided<T>> {
     const outer = this.db.storage.getStore();
     if (outer) {
@@ -239,13 +239,11 @@ export class PgUnitOfWork extends DecidingUnitOfWork {
         const outcome = await Promise.race([running, txn.closed]);
         const began = await txn.settled(txn.began);
         const settings = await txn.settled(configured);
-        // Asked to roll back: the value stands even when a statement in it
-        // failed and fn answered for it.
-        if (began.ok && outcome.ok && !outcome.value.keep) {
-          await txn.rollback(tx);
-          return { kind: 'discarded', value: outcome.value.value };
-        }
         let decided = scopeOutcome(began, outcome, settings, scope);
+        if (decided.ok && !decided.value.keep) {
+          await txn.rollback(tx);
+          return { kind: 'discarded', value: decided.value.value };
+        }
         if (decided.ok) kept = decided.value;
         const fault = decided.ok
           ? this.options.faultHook?.({ attempt, name: options.name })
@@ -336,12 +334,7 @@ export class PgUnitOfWork extends DecidingUnitOfWork {
     // land in the outer transaction after the savepoint's verdict.
     scope.ended = true;
     const savepointOpened = await txn.settled(opened);
-    // Asked to roll back: the value stands even when a statement in the
-    // savepoint failed and fn answered for it (a caught 23505 told as 409).
-    const discarding = savepointOpened.ok && outcome.ok && !outcome.value.keep;
-    const decided = discarding
-      ? outcome
-      : scopeOutcome(savepointOpened, outcome, { ok: true, value: null }, scope);
+    const decided = scopeOutcome(savepointOpened, outcome, { ok: true, value: null }, scope);
     if (decided.ok && decided.value.keep) return { kind: 'kept', value: decided.value.value };
     if (txn.life.ended === undefined) {
       // In the outer scope: if even this fails, the transaction cannot commit.
@@ -366,22 +359,25 @@ export class TransactionAbortedError extends Error {
 }
 
 /**
- * How a scope ended: `fn`'s value, or the failure that decides it. BEGIN or
- * SAVEPOINT first, then what `fn` threw (the scope's own first failure
- * when `fn` only saw the aborted transaction, 25P02), then the settings,
- * then a failed statement `fn` caught.
+ * How a scope ended: `fn`'s verdict, or the failure that decides it. BEGIN
+ * or SAVEPOINT first, then what `fn` threw (the scope's own first failure
+ * when `fn` only saw the aborted transaction, 25P02), then a verdict not to
+ * keep (it stands even when a statement in the scope failed and `fn`
+ * answered for it, a caught 23505 told as a final 409: everything is rolled
+ * back anyway), then the settings, then a failed statement `fn` caught.
  */
 function scopeOutcome<T>(
   opened: Settled<unknown>,
-  outcome: Settled<T>,
+  outcome: Settled<Verdict<T>>,
   settings: Settled<unknown>,
   scope: Scope,
-): Settled<T> {
+): Settled<Verdict<T>> {
   if (!opened.ok) return opened;
   if (!outcome.ok) {
     const aborted = sqlState(outcome.error) === '25P02';
     return aborted && scope.failed ? { ok: false, error: scope.error } : outcome;
   }
+  if (!outcome.value.keep) return outcome;
   if (!settings.ok) return settings;
   if (scope.failed) return { ok: false, error: scope.error };
   return outcome;
