@@ -8,6 +8,8 @@ import { parseProcIo, parseProcStat } from './proc.js';
 import {
   formatClient,
   formatReport,
+  formatFloorBound,
+  httpFloorBound,
   judgeTargets,
   renderChart,
   table,
@@ -191,6 +193,23 @@ void t.test('the report and the table align their columns and mark misses', (t) 
     /client transfer less node -e 0 and its HTTP exchanges, median ms\s+55\.00\s+<= 60\s+met/,
   );
   t.match(text, /client exit after its last write, median ms\s+4\.00\s+<= 20\s+met/);
+  t.end();
+});
+
+void t.test('the HTTP floor bounds unkeyed HTTP / ceiling by CPU per request', (t) => {
+  const run = figures();
+  const floor: ScenarioFigures = {
+    ...s('http_floor', 9000),
+    nodeCpuUs: 60,
+    pgCpuUs: 0,
+    loadCpuUs: 90,
+  };
+  const withFloor = { ...run, scenarios: [...run.scenarios, floor] };
+  // The ceiling costs 300 + 400 us per call; the floor adds 60 + 90 us.
+  t.equal(httpFloorBound(withFloor).toFixed(4), (700 / 850).toFixed(4));
+  t.match(formatFloorBound(withFloor), /bound 0\.82 .*measured 0\.83/);
+  t.ok(Number.isNaN(httpFloorBound(run)), 'NaN without the floor scenario');
+  t.equal(formatFloorBound(run), '', 'and no line');
   t.end();
 });
 

@@ -180,6 +180,42 @@ export function judgeTargets(figures: BenchFigures): TargetResult[] {
   ];
 }
 
+/**
+ * What the HTTP floor allows the target "unkeyed HTTP / in-process
+ * ceiling": the ceiling's CPU per call (its Node.js, callers included, and
+ * PostgreSQL) over that plus the floor's per request (the bare Fastify
+ * server and the load generator, which the ceiling does not pay), on the
+ * same cores. It is the ratio a server that added nothing to bare Fastify
+ * would reach, as far as throughput follows CPU per request.
+ *
+ * @param figures the run; uses ceiling_unkeyed and http_floor.
+ * @returns the bound, or NaN when either scenario did not run.
+ */
+export function httpFloorBound(figures: BenchFigures): number {
+  const ceiling = figures.scenarios.find((s) => s.id === 'ceiling_unkeyed');
+  const floor = figures.scenarios.find((s) => s.id === 'http_floor');
+  if (ceiling === undefined || floor === undefined) return NaN;
+  const call = ceiling.nodeCpuUs + ceiling.pgCpuUs;
+  return call / (call + floor.nodeCpuUs + floor.pgCpuUs + floor.loadCpuUs);
+}
+
+/**
+ * The floor's bound in one line beside the measured ratio, for the report
+ * and for a run of a subset.
+ *
+ * @param figures the run.
+ * @returns the line, without a newline; empty when the floor or the
+ *   ceiling did not run.
+ */
+export function formatFloorBound(figures: BenchFigures): string {
+  const bound = httpFloorBound(figures);
+  if (Number.isNaN(bound)) return '';
+  const unkeyed = figures.scenarios.find((s) => s.id === 'unkeyed');
+  const ceiling = figures.scenarios.find((s) => s.id === 'ceiling_unkeyed');
+  const measured = unkeyed === undefined || ceiling === undefined ? NaN : unkeyed.rps / ceiling.rps;
+  return `unkeyed HTTP / in-process ceiling: bound ${fixed(bound, 2)} by the HTTP floor's CPU per request (a server adding nothing to bare Fastify), measured ${fixed(measured, 2)}`;
+}
+
 function fixed(n: number, digits: number): string {
   return Number.isFinite(n) ? n.toFixed(digits) : String(n);
 }
@@ -278,7 +314,8 @@ export function formatReport(figures: BenchFigures): string {
     ]),
   );
   const client = formatClient(figures.client);
-  return `${scenarios}\n\n${bursts}\n${cleanup}\n${client === '' ? '' : `${client}\n`}\n${targets}\n`;
+  const floor = formatFloorBound(figures);
+  return `${scenarios}\n\n${bursts}\n${cleanup}\n${client === '' ? '' : `${client}\n`}\n${targets}\n${floor === '' ? '' : `${floor}\n`}`;
 }
 
 function escapeXml(s: string): string {

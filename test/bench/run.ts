@@ -16,7 +16,8 @@
  *   1,000 principals; authenticated reads of a transfer (`GET
  *   /api/v1/transfers/{id}`) and replays of completed keys; the peer
  *   library in place of ours (test/bench/peer-server.ts, a server of its
- *   own on the same database);
+ *   own on the same database); the HTTP floor, a bare Fastify server
+ *   answering the same requests with no database (floor-server.ts);
  * - then, one after the other: bursts of identical keyed requests (time
  *   until all answered, effects); keyed transfers with 1,000,000 keys
  *   stored (seeded with SQL); cleanup of 1,000,000 expired keys, alone,
@@ -72,6 +73,7 @@ import { burst, measure, type LoadFigures, type LoadRequest } from './load.js';
 import { postmasterPid } from './proc.js';
 import {
   formatClient,
+  formatFloorBound,
   formatReport,
   formatScenarios,
   judgeTargets,
@@ -262,6 +264,7 @@ async function seedKeys(
 function partial(figures: BenchFigures): string {
   const parts = [
     figures.scenarios.length === 0 ? '' : formatScenarios(figures),
+    formatFloorBound(figures),
     formatClient(figures.client),
   ];
   return `${parts.filter((p) => p !== '').join('\n\n')}\n`;
@@ -593,6 +596,18 @@ async function main(): Promise<void> {
         id: 'peer',
         label: 'peer library, keyed, in memory',
         window: httpWindow(keyed, peer, peer.child.pid!),
+      });
+    }
+
+    // The HTTP floor: bare Fastify, no database, the same load generator
+    // and requests as the unkeyed baseline (floor-server.ts).
+    if (wanted('http_floor')) {
+      const floor = await startServer('dist-bench/test/bench/floor-server.js', [], {});
+      servers.push(floor);
+      steady.push({
+        id: 'http_floor',
+        label: 'HTTP floor: bare Fastify, fixed 201, no database',
+        window: httpWindow(unkeyed, floor, floor.child.pid!),
       });
     }
 
