@@ -34,6 +34,8 @@ export interface LoadOptions {
   /** Server process and postmaster pids, for CPU time. */
   readonly serverPid: number;
   readonly postmasterPid: number;
+  /** The most requests per second over all connections; unlimited when absent. */
+  readonly overallRate?: number;
   /** Called once the measured window has started; its promise ends the window early when it resolves. */
   readonly during?: () => Promise<unknown>;
 }
@@ -88,6 +90,7 @@ export async function measure(options: LoadOptions): Promise<LoadFigures> {
         url: options.url,
         connections: options.connections,
         duration: options.seconds,
+        ...(options.overallRate === undefined ? {} : { overallRate: options.overallRate }),
         requests: [
           {
             method: 'POST',
