@@ -5,6 +5,7 @@
  */
 import t from 'tap';
 import { InMemoryUnitOfWork } from './in-memory.js';
+import { OverlappingSavepointError } from './index.js';
 
 /** A register whose writes are undone when their transaction rolls back. */
 function register(uow: InMemoryUnitOfWork) {
@@ -78,6 +79,27 @@ void t.test('joined without nested, keep: false still undoes what it did', async
   });
   t.same(inner, { kind: 'discarded', value: 'inner value' });
   t.same(r.values, ['outer', 'after']);
+});
+
+void t.test('two savepoints of one scope are never open at once', async (t) => {
+  const uow = new InMemoryUnitOfWork({ retryMax: 3 });
+  const r = register(uow);
+  const results = await uow.run(() =>
+    Promise.allSettled([
+      uow.decide(async () => {
+        r.write('a');
+        await new Promise((resolve) => setTimeout(resolve, 10));
+        return { keep: true, value: 'a' };
+      }),
+      uow.decide(() => {
+        r.write('b');
+        return Promise.resolve({ keep: false, value: 'b' });
+      }),
+    ]),
+  );
+  t.same(results[0], { status: 'fulfilled', value: { kind: 'kept', value: 'a' } });
+  t.type(results[1].status === 'rejected' ? results[1].reason : null, OverlappingSavepointError);
+  t.same(r.values, ['a'], 'what was reported kept stays');
 });
 
 void t.test('a failing commit after keep: true is commit_failed with the value', async (t) => {

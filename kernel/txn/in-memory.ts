@@ -3,6 +3,7 @@ import {
   claimKeyedTransaction,
   isRetryable,
   decidedOf,
+  OverlappingSavepointError,
   DecidingUnitOfWork,
   TransactionRequiredError,
   type Decided,
@@ -37,6 +38,14 @@ interface TxState extends InMemoryTransaction {
   end(committed: boolean): void;
 }
 
+/** One scope of a transaction: the transaction itself, or a savepoint in it. */
+interface Frame {
+  readonly tx: TxState;
+  readonly attempt: number;
+  /** As the PostgreSQL scopes: a savepoint of this scope runs; this one's run is over. */
+  readonly scope: { savepointOpen: boolean; ended: boolean };
+}
+
 /** Options of {@link InMemoryUnitOfWork}. */
 export interface InMemoryUnitOfWorkOptions {
   /** Retries after the first attempt. */
@@ -54,7 +63,7 @@ export interface InMemoryUnitOfWorkOptions {
  * the function again, as the PostgreSQL implementation does.
  */
 export class InMemoryUnitOfWork extends DecidingUnitOfWork {
-  private readonly storage = new AsyncLocalStorage<{ tx: TxState; attempt: number }>();
+  private readonly storage = new AsyncLocalStorage<Frame>();
   private nextId = 1;
 
   /** @param options retries and test hooks. */
@@ -88,16 +97,25 @@ export class InMemoryUnitOfWork extends DecidingUnitOfWork {
     const outer = this.storage.getStore();
     if (outer) {
       if (options.nested !== true) return decidedOf(await fn());
+      // As the PostgreSQL unit of work: one savepoint of a scope at a time,
+      // and none from a savepoint whose run is over.
+      if (outer.scope.ended) throw new Error("the savepoint's run is over");
+      if (outer.scope.savepointOpen) throw new OverlappingSavepointError('a nested unit of work');
       const mark = outer.tx.undo.length;
       const undoSince = (): void => {
         for (const undo of outer.tx.undo.splice(mark).reverse()) undo();
       };
+      const scope = { savepointOpen: false, ended: false };
+      outer.scope.savepointOpen = true;
       let verdict: Verdict<T>;
       try {
-        verdict = await fn();
+        verdict = await this.storage.run({ ...outer, scope }, fn);
       } catch (err) {
         undoSince();
         throw err;
+      } finally {
+        scope.ended = true;
+        outer.scope.savepointOpen = false;
       }
       if (!verdict.keep) undoSince();
       return decidedOf(verdict);
@@ -113,7 +131,10 @@ export class InMemoryUnitOfWork extends DecidingUnitOfWork {
       };
       let verdict: Verdict<T>;
       try {
-        verdict = await this.storage.run({ tx, attempt }, fn);
+        verdict = await this.storage.run(
+          { tx, attempt, scope: { savepointOpen: false, ended: false } },
+          fn,
+        );
       } catch (err) {
         rollBack();
         if (attempt > this.options.retryMax || !isRetryable(err)) throw err;

@@ -59,7 +59,13 @@ export interface UnitOfWork {
    * rejection) from "the decision did not commit" without state of its own.
    * Joined to an outer unit of work it always runs in a savepoint, with or
    * without `nested`: a discard that left its writes in the outer
-   * transaction would be reported as rolled back and then commit.
+   * transaction would be reported as rolled back and then commit. A
+   * transaction's savepoints run one after the other: a second nested run
+   * of a scope while one is open, or a statement of the scope that opened
+   * it, is refused ({@link OverlappingSavepointError}); so is a nested run
+   * started from a savepoint whose run is over. What must be sent with the
+   * COMMIT (the idempotency store's completion) belongs to the outermost
+   * run, never to a joined `decide`.
    *
    * @param fn the work; may be called more than once (retries).
    * @param options nesting and naming.
@@ -167,6 +173,24 @@ export function isRetryable(err: unknown): boolean {
   if ((err as Record<symbol, unknown>)[NON_RETRYABLE] === true) return false;
   const code = (err as { code?: unknown }).code;
   return typeof code === 'string' && RETRYABLE_SQLSTATES.has(code);
+}
+
+/**
+ * Thrown when a transaction's work would overlap a savepoint: a second
+ * nested run of one scope while another is open, or a statement of the
+ * scope that opened a savepoint while it is open. Either would run inside
+ * the open savepoint, and its rollback would take writes reported kept
+ * (docs/DECISIONS.md, "A unit of work rolls back with a value, and says
+ * when its commit failed").
+ */
+export class OverlappingSavepointError extends Error {
+  override readonly name = 'OverlappingSavepointError';
+  /** @param what what overlapped: `a nested unit of work` or `a statement`. */
+  constructor(what: string) {
+    super(
+      `${what} while a savepoint of the same transaction is open: a transaction's work runs one step after the other; await the nested unit of work first`,
+    );
+  }
 }
 
 /** Thrown when an adapter that needs the ambient transaction is called outside a unit of work. */

@@ -26,6 +26,7 @@
  *   never handed back.
  */
 import type postgres from 'postgres';
+import { OverlappingSavepointError } from '../../kernel/txn/index.js';
 import { onConnectionClose, type Sql, type TransactionSql } from './client.js';
 import { observed } from './observed.js';
 
@@ -39,11 +40,17 @@ export interface Scope {
    * beside an answer that says the savepoint's work was undone.
    */
   ended: boolean;
+  /**
+   * Set while a savepoint opened from this scope runs: a statement of this
+   * scope, or a second savepoint of it, would run inside that savepoint
+   * and be rolled back with it.
+   */
+  savepointOpen: boolean;
 }
 
 /** A scope with no failure yet. */
 export function newScope(): Scope {
-  return { failed: false, error: undefined, ended: false };
+  return { failed: false, error: undefined, ended: false, savepointOpen: false };
 }
 
 /** A settled promise's outcome. */
@@ -265,7 +272,7 @@ const REFUSED: ReadonlySet<string> = new Set([
 /** What `life.ended` holds once COMMIT has been sent. */
 export const COMMITTED = new Error('the unit of work committed');
 /** The cause of a statement refused because its savepoint's run is over. */
-const SAVEPOINT_ENDED = new Error("the savepoint's run is over");
+export const SAVEPOINT_ENDED = new Error("the savepoint's run is over");
 /** What `life.ended` holds once ROLLBACK has been sent. */
 const ROLLED_BACK = new Error('the unit of work rolled back');
 
@@ -384,6 +391,7 @@ export class ConnectionTransaction {
       () => {
         if (this.life.ended !== undefined) throw new TransactionEndedError(this.life.ended);
         if (scope.ended) throw new TransactionEndedError(SAVEPOINT_ENDED);
+        if (scope.savepointOpen) throw new OverlappingSavepointError('a statement');
       },
       (err) => {
         if (connectionLost(err)) this.#lose(err);

@@ -10,6 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import {
   claimKeyedTransaction,
   isRetryable,
+  OverlappingSavepointError,
   decidedOf,
   DecidingUnitOfWork,
   type Decided,
@@ -21,6 +22,7 @@ import { PgDatabase, type Frame } from './database-handle.js';
 import {
   ConnectionTransaction,
   newScope,
+  SAVEPOINT_ENDED,
   settle,
   TransactionEndedError,
   type Scope,
@@ -325,22 +327,39 @@ export class PgUnitOfWork extends DecidingUnitOfWork {
    */
   private async savepoint<T>(outer: Frame, fn: () => Promise<Verdict<T>>): Promise<Decided<T>> {
     const { txn } = outer;
+    // Started from a savepoint whose run is over (detached work), it would
+    // write into the outer transaction after that savepoint's verdict.
+    if (isOver(outer.scope)) throw new TransactionEndedError(SAVEPOINT_ENDED);
+    if (outer.scope.savepointOpen) throw new OverlappingSavepointError('a nested unit of work');
     const name = txn.nextSavepoint();
     const scope = newScope();
     const tx = txn.client(scope);
-    const opened = settle(tx.unsafe(`savepoint ${name}`).execute());
-    const outcome = await settle(this.db.storage.run({ ...outer, tx, scope, nested: true }, fn));
-    // Its client sends nothing more: a detached statement would otherwise
-    // land in the outer transaction after the savepoint's verdict.
-    scope.ended = true;
-    const savepointOpened = await txn.settled(opened);
+    outer.scope.savepointOpen = true;
+    let outcome: Settled<Verdict<T>>;
+    let savepointOpened: Settled<unknown>;
+    try {
+      const opened = settle(tx.unsafe(`savepoint ${name}`).execute());
+      outcome = await settle(this.db.storage.run({ ...outer, tx, scope, nested: true }, fn));
+      // Its client sends nothing more: a detached statement would otherwise
+      // land in the outer transaction after the savepoint's verdict.
+      scope.ended = true;
+      savepointOpened = await txn.settled(opened);
+    } finally {
+      outer.scope.savepointOpen = false;
+    }
     const decided = scopeOutcome(savepointOpened, outcome, { ok: true, value: null }, scope);
     if (decided.ok && decided.value.keep) return { kind: 'kept', value: decided.value.value };
     if (txn.life.ended === undefined) {
       // In the outer scope: if even this fails, the transaction cannot commit.
       // A failure is recorded in the outer scope, which then fails; the
-      // cause is below.
-      await txn.settled(settle(outer.tx.unsafe(`rollback to savepoint ${name}`).execute()));
+      // cause is below. An outer scope already over (this run outlived it)
+      // refuses statements: the rollback goes through a client of its own,
+      // and if it fails PostgreSQL aborts the transaction, which then
+      // cannot commit either.
+      const via = isOver(outer.scope) ? txn.client(newScope()) : outer.tx;
+      await txn.settled(
+        settle(Promise.resolve().then(() => via.unsafe(`rollback to savepoint ${name}`).execute())),
+      );
     }
     if (decided.ok) return { kind: 'discarded', value: decided.value.value };
     throw decided.error;
@@ -364,7 +383,8 @@ export class TransactionAbortedError extends Error {
  * when `fn` only saw the aborted transaction, 25P02), then a verdict not to
  * keep (it stands even when a statement in the scope failed and `fn`
  * answered for it, a caught 23505 told as a final 409: everything is rolled
- * back anyway), then the settings, then a failed statement `fn` caught.
+ * back anyway; not when that failure is retryable), then the settings,
+ * then a failed statement `fn` caught.
  */
 function scopeOutcome<T>(
   opened: Settled<unknown>,
@@ -377,10 +397,17 @@ function scopeOutcome<T>(
     const aborted = sqlState(outcome.error) === '25P02';
     return aborted && scope.failed ? { ok: false, error: scope.error } : outcome;
   }
-  if (!outcome.value.keep) return outcome;
+  // A retryable failure fn caught (a serialization failure told as a 409)
+  // is no answer to keep: the whole function runs again.
+  if (!outcome.value.keep && !(scope.failed && isRetryable(scope.error))) return outcome;
   if (!settings.ok) return settings;
   if (scope.failed) return { ok: false, error: scope.error };
   return outcome;
+}
+
+/** Whether a scope's run is over; read afresh, since it changes while a nested run awaits. */
+function isOver(scope: Scope): boolean {
+  return scope.ended;
 }
 
 function sqlState(err: unknown): unknown {

@@ -25,6 +25,7 @@ import {
   type Verdict,
 } from '../../../kernel/txn/index.js';
 import { isSuccess, type Captured } from './capture.js';
+import { FST_IDEMPOTENCY_AMBIENT_TRANSACTION } from './errors.js';
 
 /** Final problems: stored (after rolling back to the savepoint) like a 2xx. */
 export const FINAL_PROBLEMS: ReadonlySet<number> = new Set([
@@ -115,6 +116,11 @@ export function runAttempt(input: AttemptInput, name: string): Promise<Decision>
 }
 
 async function attemptInTransaction(input: AttemptInput, name: string): Promise<Decision> {
+  // Joined to a transaction the application opened, the key row would
+  // commit (or not) with it, after this answer was sent.
+  if (input.transaction.inTransaction()) {
+    return { kind: 'failed', error: new FST_IDEMPOTENCY_AMBIENT_TRANSACTION(name) };
+  }
   try {
     const decided = await input.transaction.decide(() => oneAttempt(input), { name });
     // The answer was stored and the COMMIT failed, or its answer was lost.

@@ -52,3 +52,17 @@ export const FST_IDEMPOTENCY_ROUTE_NOT_GUARDED = createError<[string]>(
   'Idempotency-Key route %s was declared before the idempotency plugin was registered, so the plugin does not guard it: register the plugin before the routes it guards',
   500,
 );
+
+/**
+ * A keyed request arrived inside a unit of work the application had
+ * already opened (a request injected from inside `uow.run`, say): the
+ * key's row would join a transaction the plugin does not commit, so it
+ * could not tell the client what was stored. The request fails with a 500
+ * and nothing runs.
+ * Argument: the route's label.
+ */
+export const FST_IDEMPOTENCY_AMBIENT_TRANSACTION = createError<[string]>(
+  'FST_IDEMPOTENCY_AMBIENT_TRANSACTION',
+  'Idempotency-Key route %s was called inside a unit of work that was already open: a keyed request must open its own transaction, in which the key row and the effect commit together',
+  500,
+);

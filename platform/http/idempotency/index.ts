@@ -15,6 +15,7 @@ export { DEFAULTS, defaultToProblem } from './options.js';
 export type { IdempotencyEvent, IdempotencyOptions } from './options.js';
 export { OUTCOMES, type Outcome } from './outcome.js';
 export {
+  FST_IDEMPOTENCY_AMBIENT_TRANSACTION,
   FST_IDEMPOTENCY_HANDLER_CONTRACT,
   FST_IDEMPOTENCY_INVALID_OPTION,
   FST_IDEMPOTENCY_ROUTE_NOT_GUARDED,
