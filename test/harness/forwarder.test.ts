@@ -157,3 +157,29 @@ void t.test('an invalid target port is refused', async (t) => {
   }, /target port/);
   t.equal(forwarder.target, a.port, 'a refused switch keeps the target');
 });
+
+void t.test(
+  'dropSilent closes the connections a silent cut left open, and only those',
+  async (t) => {
+    const a = await namedServer('A');
+    t.teardown(() => a.close());
+    const forwarder = await startForwarder(a.port);
+    t.teardown(() => forwarder.close());
+    const cut = await connect(forwarder.port);
+    const alive = await connect(forwarder.port);
+    let cutClosed = false;
+    void cut.closed.then(() => {
+      cutClosed = true;
+    });
+    forwarder.arm({ match: /^hole$/, when: 'after', way: 'black_hole' });
+    cut.socket.write('hole');
+    // Nothing comes back through a black hole, and the connection stays open.
+    await new Promise((r) => setTimeout(r, 100));
+    t.equal(cutClosed, false, 'a black-holed connection stays open');
+    t.equal(forwarder.dropSilent(), 1, 'one silent connection dropped');
+    await cut.closed;
+    t.pass('its client hears the close');
+    t.equal(await alive.ask('y'), 'A:y', 'a connection that was not cut still relays');
+    t.equal(forwarder.dropSilent(), 0, 'nothing left to drop');
+  },
+);

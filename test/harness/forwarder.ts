@@ -89,6 +89,14 @@ export interface Forwarder {
   arm(trigger: Trigger): { readonly fired: Promise<void>; disarm(): boolean };
   /** Takes back every armed cut that has not fired; returns how many. */
   disarmAll(): number;
+  /**
+   * Closes every connection a `half_open` or `black_hole` cut left silent,
+   * as the operating system does in the end with a peer that vanished (its
+   * keepalive or retransmission timeout), so the client hears the close.
+   *
+   * @returns how many were closed.
+   */
+  dropSilent(): number;
   /** Stops listening and drops every connection. Safe to call twice. */
   close(): Promise<void>;
 }
@@ -304,6 +312,11 @@ export async function startForwarder(
       const count = armed.length;
       armed = [];
       return count;
+    },
+    dropSilent: () => {
+      const silent = [...pairs].filter((pair) => pair.silent);
+      for (const pair of silent) drop(pair);
+      return silent.length;
     },
     close: () =>
       (closing ??= new Promise<void>((resolve) => {
