@@ -7,8 +7,8 @@
  * checked to be the plugin and the kernel folders it may import (a file of
  * the server in the package means the plugin stopped being a leaf); the
  * npm packages the emitted code and declarations import become its
- * dependencies, at the repository's versions (Fastify a peer of its major
- * version); then `npm pack`. See
+ * dependencies, at the repository's versions (Fastify and the OpenTelemetry
+ * API peers of their major versions); then `npm pack`. See
  * docs/DECISIONS.md, "The plugin's package".
  *
  * Usage: `tsx scripts/pack-idempotency.ts [destination]` (default
@@ -37,8 +37,13 @@ export const PACKAGED_FOLDERS: readonly string[] = [
 
 const PLUGIN = 'platform/http/idempotency';
 
-/** A package the plugin's code imports at run time and expects its host to provide. */
-const PEERS = new Set(['fastify']);
+/**
+ * Packages the plugin's code imports at run time and expects its host to
+ * provide: Fastify, and the OpenTelemetry API, whose one copy must be the
+ * one the application's SDK registers with (OpenTelemetry's advice for
+ * instrumented libraries).
+ */
+const PEERS = new Set(['fastify', '@opentelemetry/api']);
 
 /** What {@link packIdempotency} made. */
 export interface PackResult {

@@ -110,7 +110,11 @@ void t.test(
       },
       'what its code imports, at the versions the repository runs',
     );
-    t.same(manifest.peerDependencies, { fastify: '^5' }, 'Fastify is the host');
+    t.same(
+      manifest.peerDependencies,
+      { '@opentelemetry/api': '^1', fastify: '^5' },
+      "Fastify is the host, and the OpenTelemetry API the application's",
+    );
     const code = files.filter((f) => f !== 'package.json' && f !== 'README.md');
     t.ok(code.length > 0);
     t.same(

@@ -132,3 +132,32 @@ void t.test('a retryable commit failure runs again; run() rejects a failed commi
     /refused/,
   );
 });
+
+void t.test("a run's own onRetry hears each retry's error and attempt", async (t) => {
+  const deadlock = Object.assign(new Error('deadlock'), { code: '40P01' });
+  const serialization = Object.assign(new Error('serialization'), { code: '40001' });
+  const uow = new InMemoryUnitOfWork({
+    retryMax: 3,
+    commitHook: ({ attempt }) => (attempt === 2 ? serialization : undefined),
+  });
+  const heard: [unknown, number][] = [];
+  let runs = 0;
+  const decided = await uow.decide(
+    () => {
+      runs += 1;
+      // The first attempt fails in fn, the second at its commit.
+      if (runs === 1) return Promise.reject(deadlock);
+      return Promise.resolve({ keep: true, value: runs });
+    },
+    {
+      onRetry: (err, attempt) => {
+        heard.push([err, attempt]);
+      },
+    },
+  );
+  t.same(decided, { kind: 'kept', value: 3 });
+  t.same(heard, [
+    [deadlock, 1],
+    [serialization, 2],
+  ]);
+});

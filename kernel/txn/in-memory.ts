@@ -138,6 +138,7 @@ export class InMemoryUnitOfWork extends DecidingUnitOfWork {
       } catch (err) {
         rollBack();
         if (attempt > this.options.retryMax || !isRetryable(err)) throw err;
+        options.onRetry?.(err, attempt);
         continue;
       }
       if (!verdict.keep) {
@@ -156,6 +157,7 @@ export class InMemoryUnitOfWork extends DecidingUnitOfWork {
       if (attempt > this.options.retryMax || !isRetryable(failure)) {
         return { kind: 'commit_failed', value: verdict.value, error: failure };
       }
+      options.onRetry?.(failure, attempt);
     }
   }
 

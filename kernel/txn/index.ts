@@ -25,6 +25,13 @@ export interface UnitOfWorkOptions {
   readonly nested?: boolean;
   /** A short name for logs and metrics, e.g. the use case. */
   readonly name?: string;
+  /**
+   * Called by the outermost run just before it runs `fn` again, with the
+   * retryable error that ended the attempt (raised by a statement of `fn`
+   * or by the COMMIT) and that attempt's number (1 for the first). Ignored
+   * by a joined run, which never retries on its own. It must not throw.
+   */
+  readonly onRetry?: (error: unknown, attempt: number) => void;
 }
 
 /**

@@ -679,3 +679,44 @@ void t.test(
     );
   },
 );
+
+void t.test(
+  "a run's own onRetry hears each retry's error and attempt, from a statement and from the commit",
+  async (t) => {
+    const { tdb, db, uow, count } = await setup(t);
+    await tdb.owner`create sequence retry_calls`;
+    // The first call fails in a statement of fn, the second in a statement
+    // sent with the COMMIT; a sequence counts across rolled-back attempts.
+    await tdb.owner`
+    create function fails_twice() returns int language plpgsql as $$
+    declare n bigint := nextval('retry_calls');
+    begin
+      if n = 1 then raise exception 'injected deadlock' using errcode = '40P01'; end if;
+      if n = 2 then raise exception 'injected serialization failure' using errcode = '40001'; end if;
+      return 1;
+    end $$`;
+    await tdb.owner.unsafe(`grant usage on sequence retry_calls to ${tdb.state.app.name}`);
+    const heard: [string, number][] = [];
+    const attempts: number[] = [];
+    await uow.run(
+      async () => {
+        const attempt = db.attempt();
+        attempts.push(attempt);
+        await db.sql()`insert into probe values (1, 'once')`;
+        if (attempt === 1) await db.sql()`select fails_twice()`;
+        else db.sendWithCommit('the test tail', (tx) => tx`select fails_twice()`);
+      },
+      {
+        onRetry: (err, attempt) => {
+          heard.push([(err as { code: string }).code, attempt]);
+        },
+      },
+    );
+    t.same(attempts, [1, 2, 3]);
+    t.same(heard, [
+      ['40P01', 1],
+      ['40001', 2],
+    ]);
+    t.equal(await count(), 1, 'exactly one effect');
+  },
+);

@@ -310,6 +310,7 @@ export class PgUnitOfWork extends DecidingUnitOfWork {
           code: (err as { code: string }).code,
           name: options.name,
         });
+        options.onRetry?.(err, attempt);
         const base = this.options.backoffBaseMs ?? 5;
         txn?.finish();
         await sleep(Math.random() * base * 2 ** (attempt - 1));

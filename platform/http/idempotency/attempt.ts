@@ -19,6 +19,7 @@ import {
   type IdempotencyStore,
 } from '../../../kernel/idempotency/index.js';
 import {
+  isRetryable,
   keyedTransactionRefusal,
   withinKeyedTransaction,
   type UnitOfWork,
@@ -26,6 +27,8 @@ import {
 } from '../../../kernel/txn/index.js';
 import { isSuccess, type Captured } from './capture.js';
 import { FST_IDEMPOTENCY_AMBIENT_TRANSACTION } from './errors.js';
+import type { Attributes } from '@opentelemetry/api';
+import { activeContext, ATTRIBUTES, inSpan, SPANS, startSpan } from './tracing.js';
 
 /** Final problems: stored (after rolling back to the savepoint) like a 2xx. */
 export const FINAL_PROBLEMS: ReadonlySet<number> = new Set([
@@ -121,15 +124,70 @@ async function attemptInTransaction(input: AttemptInput, name: string): Promise<
   if (input.transaction.inTransaction()) {
     return { kind: 'failed', error: new FST_IDEMPOTENCY_AMBIENT_TRANSACTION(name) };
   }
+  let number = 0;
+  // The request's span: the COMMIT's span is its child, begun inside the
+  // attempt that decided to keep.
+  const parent = activeContext();
+  let commit: ((attributes: Attributes, failed?: unknown) => void) | undefined;
   try {
-    const decided = await input.transaction.decide(() => oneAttempt(input), { name });
+    const decided = await input.transaction.decide(
+      () => {
+        number += 1;
+        return tracedAttempt(input, number, () => {
+          commit = startSpan(SPANS.commit, parent);
+        });
+      },
+      {
+        name,
+        // A retry after the attempt decided to keep: its COMMIT (or a
+        // statement sent with it) failed, and the span says with what.
+        onRetry: (error) => {
+          commit?.({ [ATTRIBUTES.commitResult]: 'retryable' }, error);
+          commit = undefined;
+        },
+      },
+    );
+    if (decided.kind === 'commit_failed') {
+      commit?.({ [ATTRIBUTES.commitResult]: 'failed' }, decided.error);
+    } else {
+      commit?.({ [ATTRIBUTES.commitResult]: 'committed' });
+    }
     // The answer was stored and the COMMIT failed, or its answer was lost.
     if (decided.kind === 'commit_failed') return { kind: 'commit_failed', error: decided.error };
     return decided.value;
   } catch (error) {
+    commit?.({ [ATTRIBUTES.commitResult]: 'failed' }, error);
     if (isRequestInProgress(error)) return { kind: 'in_progress' };
     return { kind: 'failed', error };
   }
+}
+
+/**
+ * One attempt in its `idempotency.attempt` span: its number, and how it
+ * ended (`stored`, `not_stored`, `existing`; `retryable` with the SQLSTATE
+ * when the unit of work may run it again, `in_progress` when the first
+ * request held the key past the lock timeout, else `failed`).
+ */
+function tracedAttempt(
+  input: AttemptInput,
+  number: number,
+  onKept: () => void,
+): Promise<Verdict<Decision>> {
+  return inSpan(SPANS.attempt, { [ATTRIBUTES.attemptNumber]: number }, async (span) => {
+    try {
+      const verdict = await oneAttempt(input);
+      const { kind } = verdict.value;
+      span.setAttribute(ATTRIBUTES.attemptResult, kind);
+      if (verdict.keep) onKept();
+      return verdict;
+    } catch (err) {
+      span.setAttribute(
+        ATTRIBUTES.attemptResult,
+        isRetryable(err) ? 'retryable' : isRequestInProgress(err) ? 'in_progress' : 'failed',
+      );
+      throw err;
+    }
+  });
 }
 
 /** Reports the time spent taking the key once per attempt, whichever way it ended. */

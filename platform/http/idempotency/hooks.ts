@@ -15,6 +15,7 @@
  * Each step is a function of its own over the route's {@link KeyedContext},
  * in the order a request meets them.
  */
+import { SpanStatusCode, type Attributes, type Span } from '@opentelemetry/api';
 import type {
   FastifyInstance,
   FastifyReply,
@@ -40,6 +41,7 @@ import type { ResolvedOptions } from './options.js';
 import type { Outcome } from './outcome.js';
 import { keyedStateOf, setBodyBytes, setKeyedState, type KeyedState } from './request-state.js';
 import type { SingleFlight } from './single-flight.js';
+import { ATTRIBUTES, inSpan, inSpanSync, SPANS, spanOutcome } from './tracing.js';
 
 const KEY_HINT =
   'Send a UUIDv7 (for example 0190f2a4-1b2c-7d3e-8f40-123456789abc), bare or in double quotes.';
@@ -83,7 +85,13 @@ export function keyedHooks(
           if (req.validationError) throw req.validationError;
           return original.call(this, req, reply);
         }
-        return inTurn(ctx, req, reply, state, () => original.call(this, req, reply));
+        return inSpan(SPANS.request, requestAttributes(ctx, req), (span) =>
+          ended(
+            span,
+            reply,
+            inTurn(ctx, req, reply, state, span, () => original.call(this, req, reply)),
+          ),
+        );
       },
   };
 }
@@ -123,7 +131,37 @@ async function beforeValidation(
   };
   setKeyedState(req, state);
   const found = ctx.options.store.recall(state.principalId, state.key, ctx.options.clock.now());
-  return found ? answerFromRow(ctx, req, reply, state, found) : undefined;
+  if (found === null) return undefined;
+  return inSpanSync(SPANS.request, requestAttributes(ctx, req), (span) => {
+    const sent = answerFromRow(ctx, req, reply, state, found, span, 'memory');
+    endAttributes(span, reply);
+    return sent;
+  });
+}
+
+/** The attributes of a keyed request's `idempotency` span at its start. */
+function requestAttributes(ctx: KeyedContext, req: FastifyRequest): Attributes {
+  return {
+    [ATTRIBUTES.operation]: ctx.route.operationId,
+    [ATTRIBUTES.route]: req.routeOptions.url ?? req.url,
+  };
+}
+
+/** The status the reply ended with, on the request's span (5xx an error, as for a server span). */
+function endAttributes(span: Span, reply: FastifyReply): void {
+  span.setAttribute(ATTRIBUTES.status, reply.statusCode);
+  if (reply.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
+}
+
+/** Waits for the handler's answer, then puts its status on the request's span. */
+async function ended(
+  span: Span,
+  reply: FastifyReply,
+  answered: Promise<FastifyReply>,
+): Promise<FastifyReply> {
+  const sent = await answered;
+  endAttributes(span, reply);
+  return sent;
 }
 
 /** The owner of the request's keys, or null for an anonymous caller. */
@@ -192,7 +230,7 @@ function keyOf(ctx: KeyedContext, req: FastifyRequest, reply: FastifyReply): Id 
 
 /** Records an invalid key and throws its problem. */
 function refuse(ctx: KeyedContext, req: FastifyRequest, reply: FastifyReply, err: AppError): never {
-  recordOutcome(ctx, req, reply, 'invalid_key');
+  recordOutcome(ctx, req, reply, 'invalid_key', undefined);
   throw err;
 }
 
@@ -202,24 +240,38 @@ function recordOutcome(
   req: FastifyRequest,
   reply: FastifyReply,
   outcome: Outcome,
+  span: Span | undefined,
 ): void {
+  spanOutcome(span, outcome);
   ctx.options.onEvent({ type: 'outcome', route: ctx.route.operationId, outcome, request: req });
   const child = req.log.child({ idempotency_outcome: outcome });
   req.log = child;
   reply.log = child;
 }
 
-/** Answers from the key's row: the stored answer, 422 for another request, or 409. */
+/**
+ * Answers from the key's row: the stored answer, 422 for another request, or 409.
+ *
+ * @param source where the row came from: the store's memory, or the
+ *   database (the attempt's insert met it).
+ */
 function answerFromRow(
   ctx: KeyedContext,
   req: FastifyRequest,
   reply: FastifyReply,
   state: KeyedState,
   entry: IdempotencyEntry,
+  span: Span,
+  source: 'memory' | 'row',
 ): FastifyReply {
   const answer = answerFromEntry(entry, state.sha256);
-  recordOutcome(ctx, req, reply, answer.outcome);
-  if (answer.outcome === 'replayed') return sendAnswer(reply, ctx.route, answer.entry, 'replay');
+  recordOutcome(ctx, req, reply, answer.outcome, span);
+  if (answer.outcome === 'replayed') {
+    const stored = answer.entry;
+    return inSpanSync(SPANS.replay, { [ATTRIBUTES.replaySource]: source }, () =>
+      sendAnswer(reply, ctx.route, stored, 'replay'),
+    );
+  }
   return sendProblem(reply, answer.problem, req.id, {
     mark: answer.replay ? 'replay' : 'none',
   });
@@ -235,10 +287,18 @@ async function inTurn(
   req: FastifyRequest,
   reply: FastifyReply,
   state: KeyedState,
+  span: Span,
   handler: () => unknown,
 ): Promise<FastifyReply> {
   const { options, route } = ctx;
-  const acquired = await ctx.flights.acquire(`${state.principalId}/${state.key}`, options.waitMs);
+  const acquired = await inSpan(SPANS.keyWait, {}, async (waiting) => {
+    const got = await ctx.flights.acquire(`${state.principalId}/${state.key}`, options.waitMs);
+    waiting.setAttributes({
+      [ATTRIBUTES.keyWaitWaited]: got.waited,
+      [ATTRIBUTES.keyWaitResult]: got.turn === null ? 'timeout' : 'turn',
+    });
+    return got;
+  });
   if (acquired.waited) {
     options.onEvent({
       type: 'key_wait',
@@ -248,7 +308,7 @@ async function inTurn(
   }
   const turn = acquired.turn;
   if (turn === null) {
-    recordOutcome(ctx, req, reply, 'in_progress');
+    recordOutcome(ctx, req, reply, 'in_progress', span);
     return sendProblem(reply, inProgressProblem(), req.id);
   }
   try {
@@ -261,7 +321,7 @@ async function inTurn(
     // The attempt is over; a handler still running (its transaction
     // died under it) must not keep the plugin from answering.
     guard.active = false;
-    return await respond(ctx, req, reply, state, decision, baseHeaders);
+    return await respond(ctx, req, reply, state, decision, baseHeaders, span);
   } finally {
     turn.release();
   }
@@ -329,11 +389,12 @@ function respond(
   state: KeyedState,
   decision: Decision,
   baseHeaders: Readonly<Record<string, unknown>>,
+  span: Span,
 ): FastifyReply {
   const { route } = ctx;
   switch (decision.kind) {
     case 'stored':
-      recordOutcome(ctx, req, reply, 'stored');
+      recordOutcome(ctx, req, reply, 'stored', span);
       // A stored answer leaves with exactly the headers its replay will
       // have: those of the current request (correlation id, rate limit)
       // and those derived from the route; headers the handler set are dropped.
@@ -347,20 +408,20 @@ function respond(
         'first',
       );
     case 'existing':
-      return answerFromRow(ctx, req, reply, state, decision.entry);
+      return answerFromRow(ctx, req, reply, state, decision.entry, span, 'row');
     case 'not_stored':
-      recordOutcome(ctx, req, reply, 'not_stored');
+      recordOutcome(ctx, req, reply, 'not_stored', span);
       for (const [name, value] of Object.entries(decision.answer.headers))
         reply.header(name, value);
       return sendAnswer(reply, route, { ...decision.answer, resourceId: null }, 'none');
     case 'in_progress':
-      recordOutcome(ctx, req, reply, 'in_progress');
+      recordOutcome(ctx, req, reply, 'in_progress', span);
       return sendProblem(reply, inProgressProblem(), req.id);
     case 'commit_failed':
-      recordOutcome(ctx, req, reply, 'commit_failed');
+      recordOutcome(ctx, req, reply, 'commit_failed', span);
       return sendProblem(reply, commitFailedProblem(ctx, req, decision.error), req.id);
     case 'failed': {
-      recordOutcome(ctx, req, reply, 'not_stored');
+      recordOutcome(ctx, req, reply, 'not_stored', span);
       const appError = ctx.options.toProblem(decision.error);
       if (appError.status >= 500) req.log.error({ err: decision.error }, 'keyed request failed');
       return sendProblem(reply, appError, req.id);

@@ -14,6 +14,7 @@ export type { IdempotencyDecorator } from './plugin.js';
 export { DEFAULTS, defaultToProblem } from './options.js';
 export type { IdempotencyEvent, IdempotencyOptions } from './options.js';
 export { OUTCOMES, type Outcome } from './outcome.js';
+export { ATTRIBUTES, SPANS, TRACER_NAME } from './tracing.js';
 export {
   FST_IDEMPOTENCY_AMBIENT_TRANSACTION,
   FST_IDEMPOTENCY_HANDLER_CONTRACT,
