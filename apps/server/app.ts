@@ -9,6 +9,7 @@ import { InMemoryMetrics, type Metrics } from '../../kernel/metrics/index.js';
 import type { Config } from '../../platform/config/index.js';
 import { applyConnectionLimits } from '../../platform/http/limits.js';
 import { createHttpServer, type HttpServer } from '../../platform/http/server.js';
+import { startTracing } from '../../platform/tracing/index.js';
 import { startWorker, type WorkerHandle } from '../../platform/jobs/index.js';
 import type { Logger } from '../../platform/log/index.js';
 import {
@@ -236,7 +237,18 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     ledger.descriptor,
     ...(deps.extraModules?.({ db, uow, clock }) ?? []),
   ];
+  const tracing = startTracing(
+    {
+      enabled: config.tracing.enabled,
+      endpoint: config.tracing.endpoint,
+      samplingRatio: config.tracing.sampling_ratio,
+      serviceName: config.app.name,
+      ignorePaths: ['/healthz', '/readyz', config.metrics.path],
+    },
+    deps.logger,
+  );
   const http = await createHttpServer({
+    ...(tracing.instrument === undefined ? {} : { instrument: tracing.instrument }),
     logger: deps.logger,
     bodyLimit: config.http.body_limit,
     readiness: async () => {
@@ -353,6 +365,8 @@ export async function buildApp(deps: AppDeps): Promise<App> {
       );
       await credentials?.close();
       await db.close({ timeout: 5 });
+      // Last: the spans of the requests drained above are sent too.
+      await tracing.shutdown();
     },
   };
 }

@@ -49,6 +49,11 @@ const DEFAULTS: Config = {
     key_stats_min_interval: 10_000,
     process_metrics: true,
   },
+  tracing: {
+    enabled: false,
+    endpoint: 'http://127.0.0.1:4318/v1/traces',
+    sampling_ratio: 1,
+  },
 };
 
 /** The part of a tap test that makes throwaway fixture directories. */
@@ -576,5 +581,46 @@ void t.test('the worker metrics port is a TCP port', (t) => {
     loadError({ env: { METRICS__PORT: '65536' } }).message,
     'metrics.port = "65536" (from environment METRICS__PORT): expected an integer from 0 to 65535',
   );
+  t.end();
+});
+
+void t.test('the sampling ratio is a number from 0 to 1, from a file or the environment', (t) => {
+  t.equal(loadConfig({ env: { TRACING__SAMPLING_RATIO: '0.25' } }).tracing.sampling_ratio, 0.25);
+  t.equal(loadConfig({ env: { TRACING__SAMPLING_RATIO: '0' } }).tracing.sampling_ratio, 0);
+  t.equal(loadConfig({ env: { TRACING__SAMPLING_RATIO: '1' } }).tracing.sampling_ratio, 1);
+  for (const value of ['', '1.5', '-0.1', '.5', '1e-1', ' 0.5', 'half', 'NaN', '0x1']) {
+    const error = loadError({ env: { TRACING__SAMPLING_RATIO: value } });
+    t.match(
+      error.message,
+      `tracing.sampling_ratio = ${JSON.stringify(value)} (from environment TRACING__SAMPLING_RATIO): expected a number from 0 to 1 (for example 0.25)`,
+      JSON.stringify(value),
+    );
+  }
+  const file = configFile(t, '{"tracing": {"sampling_ratio": 2}}');
+  t.match(
+    loadError({ env: {}, file }).message,
+    `tracing.sampling_ratio = 2 (from file ${file}): expected a number from 0 to 1`,
+  );
+  const text = configFile(t, '{"tracing": {"sampling_ratio": "0.5"}}');
+  t.match(
+    loadError({ env: {}, file: text }).message,
+    `tracing.sampling_ratio = "0.5" (from file ${text}): expected a number from 0 to 1`,
+  );
+  t.end();
+});
+
+void t.test('the tracing endpoint is an http or https URL', (t) => {
+  t.equal(
+    loadConfig({ env: { TRACING__ENDPOINT: 'https://collector.internal:4318/v1/traces' } }).tracing
+      .endpoint,
+    'https://collector.internal:4318/v1/traces',
+  );
+  for (const bad of ['', 'collector:4318', 'ftp://collector/v1/traces', 'http://', 'http://a b']) {
+    t.match(
+      loadError({ env: { TRACING__ENDPOINT: bad } }).message,
+      `tracing.endpoint = ${JSON.stringify(bad)} (from environment TRACING__ENDPOINT): expected a URL starting with http:// or https://`,
+      JSON.stringify(bad),
+    );
+  }
   t.end();
 });

@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import { Value } from 'typebox/value';
 import { CONFIG_GROUPS, CONFIG_KEYS, ConfigSchema } from './schema.js';
 import type { Config, ConfigKeyInfo } from './schema.js';
-import { parseStrictInteger } from './units.js';
+import { parseStrictDecimal, parseStrictInteger } from './units.js';
 
 /** Where a value came from; later sources win. */
 export type ConfigSource =
@@ -212,13 +212,16 @@ function readEnv(env: LoadConfigInput['env'], collector: Collector): void {
     const source: ConfigSource = { kind: 'env', name };
     const slot = collector.byEnv.get(name);
     if (slot !== undefined) {
-      // A string that is not an integer or a boolean stays a string, so the schema refuses it.
+      // A string that is not an integer, a ratio or a boolean stays a
+      // string, so the schema refuses it.
       const value =
         slot.info.kind === 'integer'
           ? (parseStrictInteger(text) ?? text)
-          : slot.info.kind === 'boolean'
-            ? parseStrictBoolean(text)
-            : text;
+          : slot.info.kind === 'ratio'
+            ? (parseStrictDecimal(text) ?? text)
+            : slot.info.kind === 'boolean'
+              ? parseStrictBoolean(text)
+              : text;
       collector.offer(slot, { source, value, written: text });
       continue;
     }

@@ -42,12 +42,13 @@ void t.test('one table per group, each under its own heading, in schema order', 
     '### sync',
     '### log',
     '### metrics',
+    '### tracing',
   ]);
   t.ok(text.indexOf('## Keys') < text.indexOf('### app'), 'the tables follow the intro');
   const headers = text
     .split('\n')
     .filter((line) => line === '| key | environment variable | type | default | description |');
-  t.equal(headers.length, 7);
+  t.equal(headers.length, 8);
   t.end();
 });
 
@@ -65,6 +66,7 @@ void t.test('defaults and types are shown as written in a config file', (t) => {
     '| `log.level` | `LOG__LEVEL` | one of fatal, error, warn, info, debug, trace, silent | `info` |',
   );
   t.match(text, '| `metrics.enabled` | `METRICS__ENABLED` | boolean | `true` |');
+  t.match(text, '| `tracing.sampling_ratio` | `TRACING__SAMPLING_RATIO` | number, 0 to 1 | `1` |');
   t.end();
 });
 

@@ -42,6 +42,9 @@ const EXPECTED_KEYS = [
   'metrics.port',
   'metrics.key_stats_min_interval',
   'metrics.process_metrics',
+  'tracing.enabled',
+  'tracing.endpoint',
+  'tracing.sampling_ratio',
 ];
 
 void t.test('the schema holds exactly the documented keys, in order', (t) => {
@@ -57,6 +60,7 @@ void t.test('the schema holds exactly the documented keys, in order', (t) => {
     'sync',
     'log',
     'metrics',
+    'tracing',
   ]);
   t.end();
 });
@@ -146,6 +150,9 @@ void t.test('the documented defaults', (t) => {
     'metrics.port': 9464,
     'metrics.key_stats_min_interval': '10s',
     'metrics.process_metrics': true,
+    'tracing.enabled': false,
+    'tracing.endpoint': 'http://127.0.0.1:4318/v1/traces',
+    'tracing.sampling_ratio': 1,
   });
   t.end();
 });

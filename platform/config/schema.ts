@@ -15,7 +15,8 @@ import {
 } from './units.js';
 
 /** The kinds of value a key can hold; they decide how an environment string is read. */
-export type ConfigValueKind = 'string' | 'integer' | 'boolean' | 'enum' | 'duration' | 'size';
+export type ConfigValueKind =
+  'string' | 'integer' | 'ratio' | 'boolean' | 'enum' | 'duration' | 'size';
 
 /**
  * What the loader, its messages and the reference document need beyond plain
@@ -106,6 +107,31 @@ function integer(
     minimum: options.minimum,
     maximum: options.maximum ?? Number.MAX_SAFE_INTEGER,
   });
+}
+
+/** A share from 0 to 1: a JSON number in a file, a decimal (`0.25`) in the environment. */
+function ratio(options: LeafOptions<number>) {
+  const meta: ConfigLeafMeta = {
+    kind: 'ratio',
+    type: 'number, 0 to 1',
+    expected: 'a number from 0 to 1 (for example 0.25)',
+    secret: false,
+  };
+  return Type.Number({ ...annotations(options, meta), minimum: 0, maximum: 1 });
+}
+
+/**
+ * An http:// or https:// URL. Only the scheme is checked: the client that
+ * sends to it reports anything else more precisely than a pattern could.
+ */
+function httpUrl(options: LeafOptions<string>) {
+  const meta: ConfigLeafMeta = {
+    kind: 'string',
+    type: 'http:// or https:// URL',
+    expected: 'a URL starting with http:// or https://',
+    secret: false,
+  };
+  return Type.String({ ...annotations(options, meta), pattern: '^https?://[^\\s]+$' });
 }
 
 /** A switch: JSON `true` or `false` in a file, the strings `true` or `false` in the environment. */
@@ -510,6 +536,23 @@ export const ConfigSchema = Type.Object(
         default: true,
         description:
           'Also export the Node.js process metrics (CPU time, memory, event loop lag, garbage collection, handles) under the process_ and nodejs_ prefixes.',
+      }),
+    }),
+    tracing: group({
+      enabled: flag({
+        default: false,
+        description:
+          "Make OpenTelemetry traces: an HTTP server span per request and the idempotency plugin's spans (docs/operations/tracing.md), sent in batches to tracing.endpoint; a request's W3C traceparent header makes its spans part of the caller's trace. false registers no SDK, and the plugin's spans cost the API's no-op.",
+      }),
+      endpoint: httpUrl({
+        default: 'http://127.0.0.1:4318/v1/traces',
+        description:
+          'OTLP/HTTP traces URL the spans are sent to, as JSON (an OpenTelemetry Collector listens on port 4318). What is buffered is sent on shutdown; spans an endpoint does not take are dropped, never retried into memory without bound.',
+      }),
+      sampling_ratio: ratio({
+        default: 1,
+        description:
+          'Share of traces kept where a request starts one (no traceparent), from 0 (none) to 1 (all), by trace id; a request whose traceparent says sampled is kept and one that says not sampled is not, whatever this says.',
       }),
     }),
   },

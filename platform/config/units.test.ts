@@ -4,6 +4,7 @@ import {
   formatSize,
   parseDuration,
   parseSize,
+  parseStrictDecimal,
   parseStrictInteger,
   requireDuration,
   requireSize,
@@ -140,5 +141,16 @@ void t.test('require variants return the number or throw a RangeError naming the
   t.equal(requireSize('1kb'), 1_024);
   t.throws(() => requireDuration('5x'), { name: 'RangeError', message: /"5x"/ });
   t.throws(() => requireSize('5x'), { name: 'RangeError', message: /"5x"/ });
+  t.end();
+});
+
+void t.test('parseStrictDecimal reads digits with an optional fraction, nothing else', (t) => {
+  t.equal(parseStrictDecimal('0'), 0);
+  t.equal(parseStrictDecimal('1'), 1);
+  t.equal(parseStrictDecimal('0.25'), 0.25);
+  t.equal(parseStrictDecimal('12.5'), 12.5);
+  for (const bad of ['', '.5', '5.', '-1', '+1', '1e3', ' 1', '1 ', '0x1', 'Infinity', '01']) {
+    t.equal(parseStrictDecimal(bad), undefined, JSON.stringify(bad));
+  }
   t.end();
 });

@@ -85,6 +85,20 @@ export function parseStrictInteger(text: string): number | undefined {
   return Number.isSafeInteger(value) ? value : undefined;
 }
 
+const DECIMAL_RE = /^(0|[1-9][0-9]*)(\.[0-9]+)?$/;
+
+/**
+ * Parses a non-negative decimal number written in digits with an optional
+ * fraction (`0`, `1`, `0.25`), refusing what `Number()` would quietly
+ * accept (`""`, `" 1"`, `"1e-1"`, `".5"`, `"0x1"`, `"Infinity"`).
+ *
+ * @param text - the text to parse, typically an environment variable's value
+ * @returns the number, or undefined when the text is not exactly such a decimal
+ */
+export function parseStrictDecimal(text: string): number | undefined {
+  return DECIMAL_RE.test(text) ? Number(text) : undefined;
+}
+
 /** Writes an amount in the coarsest unit that represents it exactly; zero takes the base unit. */
 function format(amount: number, table: UnitTable, base: string, what: string): string {
   if (!Number.isSafeInteger(amount) || amount < 0) {

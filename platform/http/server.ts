@@ -61,6 +61,12 @@ export type { IdempotencyStage } from './idempotency-stage.js';
 export interface HttpServerOptions {
   /** The process logger (platform/log); request lines carry the correlation id. */
   readonly logger: FastifyBaseLogger;
+  /**
+   * Registers the tracing instrumentation (platform/tracing's HTTP server
+   * spans) before anything else, so every hook and route runs inside the
+   * request's span; absent when tracing is off.
+   */
+  readonly instrument?: (app: FastifyInstance) => Promise<void>;
   /** Default body limit in bytes (`http.body_limit`). */
   readonly bodyLimit: number;
   /**
@@ -170,6 +176,7 @@ export async function createHttpServer(options: HttpServerOptions): Promise<Http
       void sendProblem(reply, appError, req.id);
     },
   }).withTypeProvider<TypeBoxTypeProvider>();
+  if (options.instrument !== undefined) await options.instrument(app);
   // Node.js keeps only the first header lines (maxHeadersCount, 2000 names
   // and values: about a thousand lines) and drops the rest silently: an
   // Idempotency-Key after them would vanish and the request run unkeyed,
