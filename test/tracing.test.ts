@@ -4,8 +4,9 @@
  * PostgreSQL. A keyed request and its repeat, each carrying the W3C
  * traceparent of one client intent, come back as spans of that trace: the
  * HTTP server span (@fastify/otel) under the client's span, the plugin's
- * `idempotency` span and its children under it; the probes make none;
- * and what is buffered is sent when the application closes.
+ * `idempotency` span and its children under it, the statements of an
+ * attempt under the attempt; the probes make none; and what is buffered
+ * is sent when the application closes.
  */
 import http from 'node:http';
 import t from 'tap';
@@ -164,9 +165,14 @@ void t.test(
       [],
       'no span for the probes',
     );
-    t.ok(
-      sink.spans.every((s) => s.traceId === traceId),
-      "every span is in the client's trace",
+    // Outside the requests only the process's own statements (the token
+    // cache, the key statistics) make spans, each a trace of its own.
+    t.same(
+      sink.spans
+        .filter((s) => s.traceId !== traceId)
+        .filter((s) => s.parentSpanId !== '' || s.attributes['db.system.name'] !== 'postgresql'),
+      [],
+      "every span of the requests is in the client's trace",
     );
     const byId = new Map(sink.spans.map((s) => [s.spanId, s]));
     const ancestors = (s: SentSpan): string[] => {
@@ -175,6 +181,13 @@ void t.test(
         names.push(p.name);
       }
       return names;
+    };
+    const ancestorIds = (s: SentSpan): string[] => {
+      const ids: string[] = [];
+      for (let p = byId.get(s.parentSpanId); p !== undefined; p = byId.get(p.parentSpanId)) {
+        ids.push(p.spanId);
+      }
+      return ids;
     };
     const requests = sink.spans.filter((s) => s.name === 'request');
     t.same(
@@ -197,6 +210,7 @@ void t.test(
     const children = (name: string) =>
       sink.spans
         .filter((s) => byId.get(s.parentSpanId)?.name === 'idempotency')
+        .filter((s) => s.name.startsWith('idempotency.'))
         .filter((s) => byId.get(s.parentSpanId)?.attributes['idempotency.outcome'] === name)
         .map((s) => s.name)
         .sort();
@@ -206,6 +220,31 @@ void t.test(
       'idempotency.key_wait',
     ]);
     t.same(children('replayed'), ['idempotency.replay']);
+    // The statements of the first request's attempt nest under it: the
+    // key's insert, the handler's effect, the savepoint between them.
+    const attempt = sink.spans.find((s) => s.name === 'idempotency.attempt');
+    const inAttempt = sink.spans
+      .filter((s) => s.traceId === traceId && ancestors(s).includes('idempotency.attempt'))
+      .filter((s) => attempt !== undefined && ancestorIds(s).includes(attempt.spanId))
+      .map((s) => s.name);
+    t.ok(
+      inAttempt.includes('INSERT idempotency_keys'),
+      `the key's insert (${inAttempt.join(', ')})`,
+    );
+    t.ok(inAttempt.includes('INSERT test_effects'), "the handler's statement");
+    t.ok(inAttempt.includes('SAVEPOINT'), 'the savepoint');
+    const commit = sink.spans.filter((s) => s.traceId === traceId && s.name === 'COMMIT');
+    t.equal(commit.length, 1, 'one COMMIT in the trace');
+    t.ok(
+      commit[0] !== undefined && ancestors(commit[0]).includes('idempotency'),
+      "the COMMIT under the request's idempotency span",
+    );
+    t.ok(
+      sink.spans
+        .filter((s) => s.attributes['db.system.name'] === 'postgresql')
+        .every((s) => s.kind === 3),
+      'statements are CLIENT spans',
+    );
     t.notMatch(
       JSON.stringify(sink.spans.map((s) => s.attributes)),
       new RegExp(`${key}|${k.alice.id}|${k.alice.token}|traced"`),

@@ -170,6 +170,7 @@ export async function buildApp(deps: AppDeps): Promise<App> {
     session: unitOfWorkSettings(config.database),
   });
   const db = new PgDatabase(sql, {
+    traceStatements: config.tracing.enabled,
     statementDeadlineMs:
       config.database.statement_timeout === 0
         ? 0

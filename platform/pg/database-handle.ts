@@ -18,6 +18,7 @@ import {
   type TransactionSql,
 } from './client.js';
 import { observed } from './observed.js';
+import { statementSpans, type StatementSpans } from './statement-spans.js';
 import {
   ConnectionStalledError,
   Reservations,
@@ -71,6 +72,8 @@ export class PgDatabase {
   #closing = false;
   /** @internal where units of work get their connections. */
   readonly reservations: Reservations;
+  /** @internal where statements' spans begin; undefined when statements are not traced. */
+  readonly statementSpans: StatementSpans | undefined;
   /** @internal the timeouts the pool's sessions start with, if it was made with them. */
   readonly sessionTimeouts: SessionTimeouts | undefined;
   #sessionTimeoutsConfirmed = false;
@@ -82,9 +85,16 @@ export class PgDatabase {
    *   `ConnectionStalledError` and the session it was written to is ended
    *   (0 or absent: no bound). The server passes `database.statement_timeout`
    *   plus `database.connect_timeout` plus {@link STALL_GRACE_MS}.
+   *   `traceStatements`: make an OpenTelemetry span of every statement, the
+   *   pool's and the units of work's (platform/pg/statement-spans.ts; the
+   *   server sets it with `tracing.enabled`).
    */
-  constructor(pool: Sql, options: { readonly statementDeadlineMs?: number } = {}) {
+  constructor(
+    pool: Sql,
+    options: { readonly statementDeadlineMs?: number; readonly traceStatements?: boolean } = {},
+  ) {
     this.#raw = pool;
+    this.statementSpans = options.traceStatements === true ? statementSpans : undefined;
     this.reservations = new Reservations(pool);
     this.sessionTimeouts = sessionTimeoutsOf(pool);
     const ms = options.statementDeadlineMs ?? 0;
@@ -102,6 +112,7 @@ export class PgDatabase {
             },
           }
         : undefined,
+      this.statementSpans,
     );
   }
 

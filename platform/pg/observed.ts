@@ -4,6 +4,7 @@
  * stale driver state leaves (see {@link IncompleteResultError}).
  */
 import type { ISql } from './client.js';
+import type { StatementSpans } from './statement-spans.js';
 
 /**
  * Thrown instead of a result whose rows outnumber its row count. postgres.js
@@ -69,6 +70,7 @@ function observe<Q>(
   onError: (err: unknown) => void,
   deadline: StatementDeadline | undefined,
   before: () => void,
+  spans: StatementSpans | undefined,
 ): Q {
   if (
     typeof query !== 'object' ||
@@ -103,6 +105,9 @@ function observe<Q>(
           reject(err);
           return Promise.resolve();
         }
+        const strings = (query as { strings?: unknown }).strings;
+        const text = Array.isArray(strings) && typeof strings[0] === 'string' ? strings[0] : '';
+        spans?.sent(text, query as unknown as PromiseLike<unknown>);
       }
       return (handle as () => unknown).call(query);
     };
@@ -176,6 +181,8 @@ function observe<Q>(
  * @param onError sees each statement's error before its caller does.
  * @param refused methods that must not be called on this client.
  * @param deadline how long a statement may go unanswered, if bounded.
+ * @param spans where each statement's span begins when it is sent, if
+ *   statements are traced.
  * @returns the watched client.
  */
 export function observed<S extends ISql>(
@@ -184,6 +191,7 @@ export function observed<S extends ISql>(
   onError: (err: unknown) => void,
   refused: ReadonlySet<string> = NONE,
   deadline?: StatementDeadline,
+  spans?: StatementSpans,
 ): S {
   return new Proxy(sql, {
     apply(target, thisArg, args: unknown[]) {
@@ -192,7 +200,7 @@ export function observed<S extends ISql>(
         Array.isArray(args[0]) && Object.prototype.hasOwnProperty.call(args[0], 'raw');
       if (isTemplate) before();
       const result: unknown = Reflect.apply(target, thisArg, args);
-      return isTemplate ? observe(result, onError, deadline, before) : result;
+      return isTemplate ? observe(result, onError, deadline, before, spans) : result;
     },
     get(target, property, receiver) {
       if (typeof property === 'string' && refused.has(property)) {
@@ -209,6 +217,7 @@ export function observed<S extends ISql>(
             onError,
             deadline,
             before,
+            spans,
           );
         };
       }

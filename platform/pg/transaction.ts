@@ -29,6 +29,7 @@ import type postgres from 'postgres';
 import { OverlappingSavepointError } from '../../kernel/txn/index.js';
 import { onConnectionClose, type Sql, type TransactionSql } from './client.js';
 import { observed } from './observed.js';
+import type { StatementSpans } from './statement-spans.js';
 
 /** Where a scope (the transaction or one savepoint) keeps its first failure. */
 export interface Scope {
@@ -306,10 +307,17 @@ export class ConnectionTransaction {
   #savepoints = 0;
   #finished = false;
   #stall: NodeJS.Timeout | undefined;
+  readonly #spans: StatementSpans | undefined;
 
-  private constructor(reserved: postgres.ReservedSql, closing: () => boolean, deadlineMs: number) {
+  private constructor(
+    reserved: postgres.ReservedSql,
+    closing: () => boolean,
+    deadlineMs: number,
+    spans: StatementSpans | undefined,
+  ) {
     this.#reserved = reserved;
     this.#closing = closing;
+    this.#spans = spans;
     if (deadlineMs > 0) {
       this.#stall = setTimeout(() => {
         this.#stalled(deadlineMs);
@@ -330,13 +338,13 @@ export class ConnectionTransaction {
       // True: the connection may take the next statement at once.
       return true;
     };
-    this.began = settle(
-      reserved
-        .unsafe('begin isolation level read committed', [], {
-          onexecute,
-        } as postgres.UnsafeQueryOptions)
-        .execute(),
-    );
+    const begin = reserved
+      .unsafe('begin isolation level read committed', [], {
+        onexecute,
+      } as postgres.UnsafeQueryOptions)
+      .execute();
+    spans?.sent('begin', begin);
+    this.began = settle(begin);
   }
 
   /**
@@ -351,6 +359,8 @@ export class ConnectionTransaction {
    * @param deadlines how long the wait for a connection may last, and the
    *   transaction after it, before the transaction is presumed stalled and
    *   its connection closed (0: no bound).
+   * @param spans where each statement's span begins, BEGIN's included, if
+   *   statements are traced.
    * @returns the transaction, open.
    * @throws ConnectionStalledError when no connection came in time; what
    *   reserving a connection throws (it cannot connect).
@@ -359,9 +369,10 @@ export class ConnectionTransaction {
     reservations: Reservations,
     closing: () => boolean,
     deadlines: { readonly reserveMs: number; readonly transactionMs: number },
+    spans?: StatementSpans,
   ): Promise<ConnectionTransaction> {
     const reserved = await reservations.reserve(deadlines.reserveMs);
-    return new ConnectionTransaction(reserved, closing, deadlines.transactionMs);
+    return new ConnectionTransaction(reserved, closing, deadlines.transactionMs, spans);
   }
 
   /**
@@ -401,6 +412,8 @@ export class ConnectionTransaction {
         }
       },
       REFUSED,
+      undefined,
+      this.#spans,
     );
   }
 

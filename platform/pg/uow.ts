@@ -208,6 +208,7 @@ export class PgUnitOfWork extends DecidingUnitOfWork {
           this.db.reservations,
           () => this.db.closing,
           deadlines,
+          this.db.statementSpans,
         );
         const scope = newScope();
         const tx = txn.client(scope);

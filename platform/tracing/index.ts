@@ -117,9 +117,12 @@ export function startTracing(options: TracingOptions, log: TracingLog): Tracing 
   );
   const ignored = new Set(options.ignorePaths);
   const http = new FastifyOtelInstrumentation({
-    // One span per request and one for its handler; a span per hook would
-    // cost more than the stages they time.
+    // One span per request: a span per hook would cost more than the
+    // stages they time, and the handler's span would be parented on the
+    // request's span, taking the handler's statements out from under the
+    // idempotency attempt that runs it.
     instrumentHooks: false,
+    instrumentHandler: false,
     ignorePaths: (route) => ignored.has(route.url),
   });
   http.setTracerProvider(provider);

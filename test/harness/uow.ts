@@ -27,6 +27,8 @@ export interface TestUnitOfWorkOptions extends Partial<PgUnitOfWorkOptions> {
   readonly url?: string;
   /** A pool to use instead of a new one (the test database's own `app`, say): not ended here. */
   readonly sql?: Sql;
+  /** Make a span of every statement (platform/pg/statement-spans.ts); default false. */
+  readonly traceStatements?: boolean;
 }
 
 /** What {@link testUnitOfWork} made. */
@@ -52,13 +54,20 @@ export function testUnitOfWork(
   tdb: TestDatabase,
   options: TestUnitOfWorkOptions,
 ): TestUnitOfWork {
-  const { applicationName = 'test', max = 4, url = tdb.appUrl, sql: given, ...settings } = options;
+  const {
+    applicationName = 'test',
+    max = 4,
+    url = tdb.appUrl,
+    sql: given,
+    traceStatements = false,
+    ...settings
+  } = options;
   let sql = given;
   if (sql === undefined) {
     const made = createSql(url, { max, applicationName });
     t.teardown(() => made.end({ timeout: 1 }));
     sql = made;
   }
-  const db = new PgDatabase(sql);
+  const db = new PgDatabase(sql, { traceStatements });
   return { sql, db, uow: new PgUnitOfWork(db, { ...TEST_UOW_DEFAULTS, ...settings }) };
 }
