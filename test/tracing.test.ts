@@ -8,7 +8,9 @@
  * attempt under the attempt; the probes make none; and what is buffered
  * is sent when the application closes.
  */
+import fs from 'node:fs/promises';
 import http from 'node:http';
+import path from 'node:path';
 import t from 'tap';
 import { newId } from '../kernel/ids/index.js';
 import { startTestApp } from './harness/app.js';
@@ -20,6 +22,8 @@ interface SentSpan {
   readonly parentSpanId: string;
   readonly name: string;
   readonly kind: number;
+  readonly start: bigint;
+  readonly end: bigint;
   readonly attributes: Record<string, unknown>;
   readonly service: unknown;
 }
@@ -44,6 +48,8 @@ interface OtlpBody {
         parentSpanId?: string;
         name: string;
         kind: number;
+        startTimeUnixNano: string;
+        endTimeUnixNano: string;
         attributes: OtlpAttribute[];
       }[];
     }[];
@@ -82,6 +88,8 @@ async function otlpSink(t: Parameters<typeof startTestApp>[0]) {
               parentSpanId: s.parentSpanId ?? '',
               name: s.name,
               kind: s.kind,
+              start: BigInt(s.startTimeUnixNano),
+              end: BigInt(s.endTimeUnixNano),
               attributes: plain(s.attributes),
               service,
             });
@@ -143,6 +151,36 @@ void t.test(
     const again = await send(attempts[1] as string);
     t.equal(again.headers['idempotent-replay'], 'true');
     t.equal((await k.app.http.inject({ method: 'GET', url: '/readyz' })).statusCode, 200);
+    // A keyed transfer and its replay, in a trace of their own: the
+    // committed sample (docs/operations/trace-sample.json).
+    const setupTrace = hex(16);
+    const transferTrace = hex(16);
+    const asAlice = (url: string, body: unknown, headers: Record<string, string>) =>
+      k.app.http.inject({
+        method: 'POST',
+        url,
+        headers: { ...k.alice.headers, 'content-type': 'application/json', ...headers },
+        payload: JSON.stringify(body),
+      });
+    const accounts: string[] = [];
+    for (const name of ['from', 'to']) {
+      const res = await asAlice(
+        '/api/v1/accounts',
+        { name, opening_balance: 100 },
+        { traceparent: `00-${setupTrace}-${hex(8)}-01` },
+      );
+      t.equal(res.statusCode, 201);
+      accounts.push(res.json<{ id: string }>().id);
+    }
+    const transferKey = newId();
+    for (const replay of ['false', 'true']) {
+      const res = await asAlice(
+        '/api/v1/transfers',
+        { from_account_id: accounts[0], to_account_id: accounts[1], amount: 5 },
+        { 'idempotency-key': transferKey, traceparent: `00-${transferTrace}-${hex(8)}-01` },
+      );
+      t.equal(res.headers['idempotent-replay'], replay);
+    }
     t.same(
       (await k.effects()).map((e) => ({ ...e })),
       [{ principal_id: k.alice.id, label: 'traced' }],
@@ -167,12 +205,13 @@ void t.test(
     );
     // Outside the requests only the process's own statements (the token
     // cache, the key statistics) make spans, each a trace of its own.
+    const traces = new Set([traceId, setupTrace, transferTrace]);
     t.same(
       sink.spans
-        .filter((s) => s.traceId !== traceId)
+        .filter((s) => !traces.has(s.traceId))
         .filter((s) => s.parentSpanId !== '' || s.attributes['db.system.name'] !== 'postgresql'),
       [],
-      "every span of the requests is in the client's trace",
+      "every span of the requests is in its client's trace",
     );
     const byId = new Map(sink.spans.map((s) => [s.spanId, s]));
     const ancestors = (s: SentSpan): string[] => {
@@ -189,13 +228,13 @@ void t.test(
       }
       return ids;
     };
-    const requests = sink.spans.filter((s) => s.name === 'request');
+    const requests = sink.spans.filter((s) => s.traceId === traceId && s.name === 'request');
     t.same(
       requests.map((s) => [s.parentSpanId, s.kind, s.attributes['http.route']]),
       attempts.map((parent) => [parent, 2, '/api/v1/effects']),
       "one HTTP server span per attempt, each a child of the client's span",
     );
-    const ours = sink.spans.filter((s) => s.name === 'idempotency');
+    const ours = sink.spans.filter((s) => s.traceId === traceId && s.name === 'idempotency');
     t.same(
       ours.map((s) => s.attributes['idempotency.outcome']).sort(),
       ['replayed', 'stored'],
@@ -209,6 +248,7 @@ void t.test(
     }
     const children = (name: string) =>
       sink.spans
+        .filter((s) => s.traceId === traceId)
         .filter((s) => byId.get(s.parentSpanId)?.name === 'idempotency')
         .filter((s) => s.name.startsWith('idempotency.'))
         .filter((s) => byId.get(s.parentSpanId)?.attributes['idempotency.outcome'] === name)
@@ -222,7 +262,9 @@ void t.test(
     t.same(children('replayed'), ['idempotency.replay']);
     // The statements of the first request's attempt nest under it: the
     // key's insert, the handler's effect, the savepoint between them.
-    const attempt = sink.spans.find((s) => s.name === 'idempotency.attempt');
+    const attempt = sink.spans.find(
+      (s) => s.traceId === traceId && s.name === 'idempotency.attempt',
+    );
     const inAttempt = sink.spans
       .filter((s) => s.traceId === traceId && ancestors(s).includes('idempotency.attempt'))
       .filter((s) => attempt !== undefined && ancestorIds(s).includes(attempt.spanId))
@@ -247,8 +289,79 @@ void t.test(
     );
     t.notMatch(
       JSON.stringify(sink.spans.map((s) => s.attributes)),
-      new RegExp(`${key}|${k.alice.id}|${k.alice.token}|traced"`),
-      'no key, owner, token or body in an attribute',
+      new RegExp(
+        `${key}|${transferKey}|${k.alice.id}|${k.alice.token}|traced"|${accounts.join('|')}`,
+      ),
+      'no key, owner, token, body or account in an attribute',
+    );
+
+    // The sample: the transfer's trace as a tree. Its spans other than the
+    // statements must match the committed one (whose statements are those
+    // of the run that wrote it: whether a BEGIN carries the timeouts
+    // depends on a start-up read); UPDATE_TRACE_SAMPLE=1 writes it anew.
+    const sample = sampleTree(sink.spans.filter((s) => s.traceId === transferTrace));
+    const file = path.join(import.meta.dirname, '..', 'docs/operations/trace-sample.json');
+    if (process.env['UPDATE_TRACE_SAMPLE'] === '1') {
+      await fs.writeFile(file, `${JSON.stringify(sample, null, 2)}\n`);
+    }
+    const committed = JSON.parse(await fs.readFile(file, 'utf8')) as SampleFile;
+    t.same(
+      withoutStatements(sample.spans),
+      withoutStatements(committed.spans),
+      'the committed sample trace is what the server makes (UPDATE_TRACE_SAMPLE=1 writes it)',
     );
   },
 );
+
+/** A span of the committed sample: no ids or times, which change with every run. */
+interface SampleSpan {
+  readonly name: string;
+  readonly kind: string;
+  readonly attributes: Record<string, unknown>;
+  readonly children: SampleSpan[];
+}
+
+interface SampleFile {
+  readonly description: string;
+  readonly spans: SampleSpan[];
+}
+
+const KINDS = ['UNSPECIFIED', 'INTERNAL', 'SERVER', 'CLIENT', 'PRODUCER', 'CONSUMER'];
+
+/**
+ * Span times have millisecond precision: spans begun in the same
+ * millisecond are put in the order they ended.
+ */
+function byTime(a: SentSpan, b: SentSpan): number {
+  if (a.start !== b.start) return a.start < b.start ? -1 : 1;
+  return a.end < b.end ? -1 : a.end > b.end ? 1 : 0;
+}
+
+function sampleTree(spans: readonly SentSpan[]): SampleFile {
+  const ids = new Set(spans.map((s) => s.spanId));
+  const node = (s: SentSpan): SampleSpan => ({
+    name: s.name,
+    kind: KINDS[s.kind] ?? String(s.kind),
+    attributes: s.attributes,
+    children: spans
+      .filter((c) => c.parentSpanId === s.spanId)
+      .sort(byTime)
+      .map(node),
+  });
+  return {
+    description:
+      "One client intent's trace: a keyed POST /api/v1/transfers and its repeat, each sent with a traceparent of the same trace, as the server exported them over OTLP/HTTP with tracing.enabled (test/tracing.test.ts writes it with UPDATE_TRACE_SAMPLE=1; ids and times left out). docs/operations/tracing.md explains every name.",
+    spans: spans
+      .filter((s) => !ids.has(s.parentSpanId))
+      .sort(byTime)
+      .map(node),
+  };
+}
+
+/** The tree without statement spans, siblings by name (times tie within a millisecond). */
+function withoutStatements(spans: readonly SampleSpan[]): SampleSpan[] {
+  return spans
+    .filter((s) => s.attributes['db.system.name'] !== 'postgresql')
+    .map((s) => ({ ...s, children: withoutStatements(s.children) }))
+    .sort((a, b) => a.name.localeCompare(b.name));
+}
