@@ -3,6 +3,7 @@
  * (platform/pg/uow-decide.test.ts): keep commits, keep: false rolls back
  * and hands the value back, a failed commit is reported with the value.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import t from 'tap';
 import { InMemoryUnitOfWork } from './in-memory.js';
 import { OverlappingSavepointError } from './index.js';
@@ -13,8 +14,10 @@ function register(uow: InMemoryUnitOfWork) {
   return {
     values,
     write(v: string): void {
+      // The transaction first, as a store takes it: a refused write is not made.
+      const tx = uow.current('a write');
       values.push(v);
-      uow.current('a write').onRollback(() => {
+      tx.onRollback(() => {
         values.splice(values.indexOf(v), 1);
       });
     },
@@ -161,3 +164,110 @@ void t.test("a run's own onRetry hears each retry's error and attempt", async (t
     [serialization, 2],
   ]);
 });
+
+void t.test(
+  'a savepoint that ends while one opened inside it still runs fails; the late one writes nothing',
+  async (t) => {
+    const uow = new InMemoryUnitOfWork({ retryMax: 3 });
+    const r = register(uow);
+    let grandchild: unknown;
+    await t.rejects(
+      uow.run(async () => {
+        await uow.decide(() => {
+          void uow
+            .decide(async () => {
+              await sleep(20);
+              r.write('grandchild');
+              return { keep: false, value: 'g' };
+            })
+            .then(
+              (d) => (grandchild = d),
+              (e: unknown) => (grandchild = e),
+            );
+          return Promise.resolve({ keep: true, value: 'child' });
+        });
+        r.write('parent');
+      }),
+      OverlappingSavepointError,
+    );
+    await sleep(40);
+    t.match(
+      grandchild,
+      /the transaction is over|run is over/,
+      "the late savepoint's write is refused",
+    );
+    t.same(r.values, []);
+  },
+);
+
+void t.test(
+  'a write while a savepoint of its scope runs, or after its own run, is refused',
+  async (t) => {
+    const uow = new InMemoryUnitOfWork({ retryMax: 3 });
+    const r = register(uow);
+    let during: unknown;
+    let late: unknown;
+    const { promise: ended, resolve: end } = Promise.withResolvers<undefined>();
+    await t.rejects(
+      uow.run(async () => {
+        const child = uow.decide(async () => {
+          await sleep(20);
+          return { keep: true, value: 'c' };
+        });
+        try {
+          r.write('during');
+        } catch (err) {
+          during = err;
+        }
+        await child;
+        await uow.decide(() => {
+          setTimeout(() => {
+            try {
+              r.write('late');
+            } catch (err) {
+              late = err;
+            }
+            end(undefined);
+          }, 10);
+          return Promise.resolve({ keep: false, value: 'gone' });
+        });
+        await ended;
+        throw new Error('roll back');
+      }),
+      /roll back/,
+    );
+    t.type(during, OverlappingSavepointError);
+    t.match(late, /run is over/);
+    t.same(r.values, []);
+  },
+);
+
+void t.test(
+  'a joined decide whose fn throws at once, or resolves with no verdict, undoes its write',
+  async (t) => {
+    const uow = new InMemoryUnitOfWork({ retryMax: 3 });
+    const r = register(uow);
+    const results = await uow.run(async () => [
+      await uow
+        .decide(() => {
+          r.write('sync');
+          throw new Error('sync');
+        })
+        .then(
+          () => 'resolved',
+          (err: unknown) => (err as Error).message,
+        ),
+      await uow
+        .decide((() => {
+          r.write('bad');
+          return Promise.resolve(undefined);
+        }) as never)
+        .then(
+          () => 'resolved',
+          (err: unknown) => (err as Error).name,
+        ),
+    ]);
+    t.same(results, ['sync', 'TypeError']);
+    t.same(r.values, []);
+  },
+);

@@ -42,8 +42,38 @@ interface TxState extends InMemoryTransaction {
 interface Frame {
   readonly tx: TxState;
   readonly attempt: number;
-  /** As the PostgreSQL scopes: a savepoint of this scope runs; this one's run is over. */
-  readonly scope: { savepointOpen: boolean; ended: boolean };
+  readonly scope: Scope;
+}
+
+/**
+ * As the PostgreSQL scopes: a savepoint of this scope runs; this one's run
+ * is over; the scope it was opened from.
+ */
+interface Scope {
+  savepointOpen: boolean;
+  ended: boolean;
+  readonly parent: Scope | undefined;
+}
+
+/** Whether a scope's run, or that of a scope it was opened from, is over. */
+function over(scope: Scope): boolean {
+  for (let s: Scope | undefined = scope; s !== undefined; s = s.parent) if (s.ended) return true;
+  return false;
+}
+
+/** Whether fn's value is a verdict; a JavaScript caller may resolve with anything. */
+function verdictOf<T>(value: Verdict<T>): Verdict<T> {
+  if (typeof value !== 'object' || typeof (value as { keep?: unknown }).keep !== 'boolean') {
+    throw new TypeError('decide: fn must resolve with { keep, value }');
+  }
+  return value;
+}
+
+/** A scope that refuses writes once its run, or an outer one, is over, or while a savepoint of it runs. */
+function checkScope(scope: Scope, tx: TxState): void {
+  if (!tx.isOpen()) throw new Error('the transaction is over');
+  if (over(scope)) throw new Error("the savepoint's run is over");
+  if (scope.savepointOpen) throw new OverlappingSavepointError('a write');
 }
 
 /** Options of {@link InMemoryUnitOfWork}. */
@@ -86,6 +116,10 @@ export class InMemoryUnitOfWork extends DecidingUnitOfWork {
   current(what: string): InMemoryTransaction {
     const frame = this.storage.getStore();
     if (!frame) throw new TransactionRequiredError(what);
+    // As the PostgreSQL unit of work refuses a statement: a write of a
+    // scope that is over, or while a savepoint of it runs, would be kept or
+    // undone with the wrong verdict.
+    checkScope(frame.scope, frame.tx);
     return frame.tx;
   }
 
@@ -99,18 +133,29 @@ export class InMemoryUnitOfWork extends DecidingUnitOfWork {
       if (options.nested !== true) return decidedOf(await fn());
       // As the PostgreSQL unit of work: one savepoint of a scope at a time,
       // and none from a savepoint whose run is over.
-      if (outer.scope.ended) throw new Error("the savepoint's run is over");
+      if (over(outer.scope)) throw new Error("the savepoint's run is over");
       if (outer.scope.savepointOpen) throw new OverlappingSavepointError('a nested unit of work');
       const mark = outer.tx.undo.length;
+      // An outer scope that is over gave its verdict over this savepoint's
+      // writes already (and one still running when it did fails, undoing
+      // them): nothing is left here to undo.
       const undoSince = (): void => {
+        if (over(outer.scope)) return;
         for (const undo of outer.tx.undo.splice(mark).reverse()) undo();
       };
-      const scope = { savepointOpen: false, ended: false };
+      const scope: Scope = { savepointOpen: false, ended: false, parent: outer.scope };
       outer.scope.savepointOpen = true;
       let verdict: Verdict<T>;
       try {
-        verdict = await this.storage.run({ ...outer, scope }, fn);
+        verdict = verdictOf(
+          await Promise.resolve().then(() => this.storage.run({ ...outer, scope }, fn)),
+        );
+        // A savepoint opened inside this run and still running outlived it.
+        if (scope.savepointOpen)
+          throw new OverlappingSavepointError('a nested unit of work still running');
       } catch (err) {
+        scope.ended = true;
+        outer.scope.savepointOpen = false;
         undoSince();
         throw err;
       } finally {
@@ -130,11 +175,14 @@ export class InMemoryUnitOfWork extends DecidingUnitOfWork {
         tx.end(false);
       };
       let verdict: Verdict<T>;
+      const scope: Scope = { savepointOpen: false, ended: false, parent: undefined };
       try {
-        verdict = await this.storage.run(
-          { tx, attempt, scope: { savepointOpen: false, ended: false } },
-          fn,
+        verdict = verdictOf(
+          await Promise.resolve().then(() => this.storage.run({ tx, attempt, scope }, fn)),
         );
+        // A savepoint still running when fn settled outlived it.
+        if (scope.savepointOpen)
+          throw new OverlappingSavepointError('a nested unit of work still running');
       } catch (err) {
         rollBack();
         if (attempt > this.options.retryMax || !isRetryable(err)) throw err;

@@ -198,7 +198,7 @@ export function observed<S extends ISql>(
       // Only tagged templates run statements; sql(identifier) builds a fragment.
       const isTemplate =
         Array.isArray(args[0]) && Object.prototype.hasOwnProperty.call(args[0], 'raw');
-      if (isTemplate) before();
+      if (isTemplate) refusedNow(before, onError);
       const result: unknown = Reflect.apply(target, thisArg, args);
       return isTemplate ? observe(result, onError, deadline, before, spans) : result;
     },
@@ -211,7 +211,7 @@ export function observed<S extends ISql>(
       const value: unknown = Reflect.get(target, property, receiver);
       if (property === 'unsafe' && typeof value === 'function') {
         return (...args: unknown[]) => {
-          before();
+          refusedNow(before, onError);
           return observe(
             (value as (...a: unknown[]) => unknown).apply(target, args),
             onError,
@@ -227,3 +227,17 @@ export function observed<S extends ISql>(
 }
 
 const NONE: ReadonlySet<string> = new Set();
+
+/**
+ * Runs the check before a statement is made; a refusal is seen by
+ * `onError` as a failed statement would be (so a scope that refused one
+ * fails, even when its caller catches the refusal), then thrown.
+ */
+function refusedNow(before: () => void, onError: (err: unknown) => void): void {
+  try {
+    before();
+  } catch (err) {
+    onError(err);
+    throw err;
+  }
+}

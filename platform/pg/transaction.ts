@@ -47,11 +47,32 @@ export interface Scope {
    * and be rolled back with it.
    */
   savepointOpen: boolean;
+  /** The scope the savepoint was opened from; undefined for the transaction's own. */
+  readonly parent: Scope | undefined;
 }
 
-/** A scope with no failure yet. */
-export function newScope(): Scope {
-  return { failed: false, error: undefined, ended: false, savepointOpen: false };
+/**
+ * A scope with no failure yet.
+ *
+ * @param parent the scope a savepoint is opened from; none for the transaction's own.
+ * @returns the scope.
+ */
+export function newScope(parent?: Scope): Scope {
+  return { failed: false, error: undefined, ended: false, savepointOpen: false, parent };
+}
+
+/**
+ * Whether a scope's run is over, or the run of a scope it was opened from:
+ * a savepoint whose parent's verdict was given no longer exists (RELEASE
+ * and ROLLBACK TO destroy the savepoints made after theirs). Read afresh,
+ * since it changes while a nested run awaits.
+ *
+ * @param scope the scope.
+ * @returns true when a statement of it must not be sent.
+ */
+export function scopeOver(scope: Scope): boolean {
+  for (let s: Scope | undefined = scope; s !== undefined; s = s.parent) if (s.ended) return true;
+  return false;
 }
 
 /** A settled promise's outcome. */
@@ -401,7 +422,7 @@ export class ConnectionTransaction {
       this.#reserved,
       () => {
         if (this.life.ended !== undefined) throw new TransactionEndedError(this.life.ended);
-        if (scope.ended) throw new TransactionEndedError(SAVEPOINT_ENDED);
+        if (scopeOver(scope)) throw new TransactionEndedError(SAVEPOINT_ENDED);
         if (scope.savepointOpen) throw new OverlappingSavepointError('a statement');
       },
       (err) => {

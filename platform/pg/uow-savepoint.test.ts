@@ -79,28 +79,38 @@ void t.test('two savepoints of one scope are never open at once', async (t) => {
   t.same(await rows(), [1, 2], 'what was reported kept committed, and only that');
 });
 
-void t.test('the scope that opened a savepoint sends nothing while it is open', async (t) => {
-  const { db, uow, rows } = await setup(t);
-  const outcome = await uow.run(async () => {
-    const child = uow.decide(async () => {
-      await sleep(20);
-      await db.sql()`insert into probe values (1, 'child')`;
-      return { keep: false, value: 'child' };
-    });
-    // Sent now it would run inside the child's savepoint and be rolled
-    // back with it.
-    const parent = await Promise.resolve()
-      .then(() => db.sql()`insert into probe values (2, 'parent')`)
-      .then(
-        () => 'sent',
-        (err: unknown) => err,
-      );
-    return { parent, child: await child };
-  });
-  t.type(outcome.parent, OverlappingSavepointError, "the parent's statement is refused");
-  t.same(outcome.child, { kind: 'discarded', value: 'child' });
-  t.same(await rows(), []);
-});
+void t.test(
+  'the scope that opened a savepoint sends nothing while it is open, and a refusal it caught fails it',
+  async (t) => {
+    const { db, uow, rows } = await setup(t);
+    const seen: { parent?: unknown; child?: unknown } = {};
+    await t.rejects(
+      uow.run(async () => {
+        await db.sql()`insert into probe values (3, 'before')`;
+        const child = uow.decide(async () => {
+          await sleep(20);
+          await db.sql()`insert into probe values (1, 'child')`;
+          return { keep: false, value: 'child' };
+        });
+        // Sent now it would run inside the child's savepoint and be rolled
+        // back with it.
+        seen.parent = await Promise.resolve()
+          .then(() => db.sql()`insert into probe values (2, 'parent')`)
+          .then(
+            () => 'sent',
+            (err: unknown) => err,
+          );
+        seen.child = await child;
+        // The caller caught the refusal: committing now would keep 'before'
+        // without the write it meant to make beside it.
+      }),
+      OverlappingSavepointError,
+    );
+    t.type(seen.parent, OverlappingSavepointError, "the parent's statement is refused");
+    t.same(seen.child, { kind: 'discarded', value: 'child' });
+    t.same(await rows(), [], 'nothing of the run commits');
+  },
+);
 
 void t.test('a retryable failure caught in a discarded run retries the function', async (t) => {
   const { db, uow, rows } = await setup(t);
@@ -125,3 +135,124 @@ void t.test('a retryable failure caught in a discarded run retries the function'
   t.equal(runs, 2, 'the first run was retried');
   t.same(await rows(), [2]);
 });
+
+void t.test(
+  'a savepoint that ends while one opened inside it still runs fails, and the late one writes nothing',
+  async (t) => {
+    const { db, uow, rows } = await setup(t);
+    // The grandchild outlives its parent (detached), and would discard.
+    let grandchild: unknown;
+    await t.rejects(
+      uow.run(async () => {
+        await uow.decide(() => {
+          void uow
+            .decide(async () => {
+              await sleep(30);
+              await db.sql()`insert into probe values (9, 'grandchild')`;
+              return { keep: false, value: 'g' };
+            })
+            .then(
+              (d) => (grandchild = d),
+              (e: unknown) => (grandchild = e),
+            );
+          return Promise.resolve({ keep: true, value: 'child' });
+        });
+        // Never reached: a verdict given over a savepoint still running is refused.
+        await db.sql()`insert into probe values (1, 'parent')`;
+      }),
+      OverlappingSavepointError,
+    );
+    await sleep(60);
+    t.type(grandchild, TransactionEndedError, "the late savepoint's statement is refused");
+    t.same(await rows(), []);
+
+    // The same with the parent discarding and the grandchild keeping: its
+    // write would otherwise land in the outer transaction.
+    let late: unknown;
+    await t.rejects(
+      uow.run(async () => {
+        await uow.decide(async () => {
+          await db.sql()`insert into probe values (1, 'child')`;
+          void uow
+            .decide(async () => {
+              await sleep(20);
+              await db.sql()`insert into probe values (2, 'grandchild')`;
+              return { keep: true, value: 'g' };
+            })
+            .then(
+              (d) => (late = d),
+              (e: unknown) => (late = e),
+            );
+          return { keep: false, value: 'child' };
+        });
+        await sleep(60);
+      }),
+      OverlappingSavepointError,
+    );
+    await sleep(40);
+    t.notSame(late, { kind: 'kept', value: 'g' }, 'never reported kept');
+    t.same(await rows(), [], 'nothing commits');
+  },
+);
+
+void t.test(
+  'the outermost run ending while a savepoint of it still runs rolls back with its own error',
+  async (t) => {
+    const { db, uow, rows } = await setup(t);
+    let late: unknown;
+    // A decide, so that a commit reported failed (the outcome unknown to
+    // the caller) shows apart from a rollback.
+    await t.rejects(
+      uow.decide(async () => {
+        await db.sql()`insert into probe values (1, 'outer')`;
+        void uow
+          .decide(async () => {
+            await sleep(20);
+            await db.sql()`insert into probe values (2, 'late')`;
+            return { keep: true, value: 'late' };
+          })
+          .then(
+            (d) => (late = d),
+            (e: unknown) => (late = e),
+          );
+        return { keep: true, value: 'outer' };
+      }),
+      OverlappingSavepointError,
+    );
+    await sleep(50);
+    t.notSame(late, { kind: 'kept', value: 'late' });
+    t.same(await rows(), [], 'rolled back, not reported as a failed commit');
+  },
+);
+
+void t.test(
+  'a joined decide whose fn throws at once, or resolves with no verdict, undoes its write',
+  async (t) => {
+    const { db, uow, rows } = await setup(t);
+    const thrown = await uow.run(async () =>
+      uow
+        .decide(() => {
+          void db.sql()`insert into probe values (1, 'inner')`.execute();
+          throw new Error('sync');
+        })
+        .then(
+          () => 'resolved',
+          (err: unknown) => (err as Error).message,
+        ),
+    );
+    t.equal(thrown, 'sync');
+    const bad = await uow.run(async () =>
+      uow
+        .decide((async () => {
+          await db.sql()`insert into probe values (2, 'inner')`;
+          return undefined;
+        }) as never)
+        .then(
+          () => 'resolved',
+          (err: unknown) => (err as Error).name,
+        ),
+    );
+    t.equal(bad, 'TypeError');
+    t.same(await rows(), [], 'neither write commits');
+  },
+);

@@ -22,6 +22,7 @@ import { PgDatabase, type Frame } from './database-handle.js';
 import {
   ConnectionTransaction,
   newScope,
+  scopeOver,
   SAVEPOINT_ENDED,
   settle,
   TransactionEndedError,
@@ -233,18 +234,38 @@ export class PgUnitOfWork extends DecidingUnitOfWork {
           nested: false,
         };
         progress.fnSettled = false;
-        const running = settle(this.db.storage.run(frame, fn));
+        // fn is called inside a promise: a synchronous throw fails the run
+        // like a rejection.
+        const running = settle(Promise.resolve().then(() => this.db.storage.run(frame, fn)));
         void running.then(() => {
           progress.fnSettled = true;
         });
         // The connection closing rejects at once, even while fn still runs:
         // a stuck function must not keep its caller waiting.
-        const outcome = await Promise.race([running, txn.closed]);
+        let outcome = await Promise.race([running, txn.closed]);
+        if (outcome.ok && !isVerdict(outcome.value)) {
+          outcome = {
+            ok: false,
+            error: new TypeError('decide: fn must resolve with { keep, value }'),
+          };
+        }
+        // A savepoint still running when fn settled outlived it: nothing of
+        // this transaction can be trusted to be what fn decided. The
+        // rollback goes through a client of its own (this scope's refuses
+        // statements while a savepoint of it is open).
+        const outlived = scope.savepointOpen;
+        if (outlived) {
+          outcome = {
+            ok: false,
+            error: new OverlappingSavepointError('a nested unit of work still running'),
+          };
+        }
+        const ending = outlived ? txn.client(newScope()) : tx;
         const began = await txn.settled(txn.began);
         const settings = await txn.settled(configured);
         let decided = scopeOutcome(began, outcome, settings, scope);
         if (decided.ok && !decided.value.keep) {
-          await txn.rollback(tx);
+          await txn.rollback(ending);
           return { kind: 'discarded', value: decided.value.value };
         }
         if (decided.ok) kept = decided.value;
@@ -256,7 +277,7 @@ export class PgUnitOfWork extends DecidingUnitOfWork {
           if (!injected.ok) decided = injected;
         }
         if (!decided.ok) {
-          await txn.rollback(tx);
+          await txn.rollback(ending);
           throw decided.error;
         }
         // The COMMIT runs to its end, in the same write as this: a
@@ -331,40 +352,71 @@ export class PgUnitOfWork extends DecidingUnitOfWork {
     const { txn } = outer;
     // Started from a savepoint whose run is over (detached work), it would
     // write into the outer transaction after that savepoint's verdict.
-    if (isOver(outer.scope)) throw new TransactionEndedError(SAVEPOINT_ENDED);
+    if (scopeOver(outer.scope)) throw new TransactionEndedError(SAVEPOINT_ENDED);
     if (outer.scope.savepointOpen) throw new OverlappingSavepointError('a nested unit of work');
     const name = txn.nextSavepoint();
-    const scope = newScope();
+    const scope = newScope(outer.scope);
     const tx = txn.client(scope);
     outer.scope.savepointOpen = true;
-    let outcome: Settled<Verdict<T>>;
-    let savepointOpened: Settled<unknown>;
     try {
       const opened = settle(tx.unsafe(`savepoint ${name}`).execute());
-      outcome = await settle(this.db.storage.run({ ...outer, tx, scope, nested: true }, fn));
+      // fn is called inside a promise: a synchronous throw or a value that
+      // is no verdict fails the savepoint like a rejection, never leaving
+      // its writes to the outer transaction.
+      let outcome: Settled<Verdict<T>> = await settle(
+        Promise.resolve().then(() =>
+          this.db.storage.run({ ...outer, tx, scope, nested: true }, fn),
+        ),
+      );
+      if (outcome.ok && !isVerdict(outcome.value)) {
+        outcome = {
+          ok: false,
+          error: new TypeError('decide: fn must resolve with { keep, value }'),
+        };
+      }
+      // A savepoint opened inside this run and still running outlived it:
+      // its verdict would come after this one, over writes this verdict
+      // decided. This run fails, and its rollback takes that savepoint too.
+      if (scope.savepointOpen) {
+        outcome = {
+          ok: false,
+          error: new OverlappingSavepointError('a nested unit of work still running'),
+        };
+      }
       // Its client sends nothing more: a detached statement would otherwise
       // land in the outer transaction after the savepoint's verdict.
       scope.ended = true;
-      savepointOpened = await txn.settled(opened);
+      const savepointOpened = await txn.settled(opened);
+      const decided = scopeOutcome(savepointOpened, outcome, { ok: true, value: null }, scope);
+      if (decided.ok && decided.value.keep) return { kind: 'kept', value: decided.value.value };
+      // An outer scope that is over had its savepoint released or rolled
+      // back, which destroyed this one and what it did; a transaction that
+      // ended needs nothing more.
+      if (txn.life.ended === undefined && !scopeOver(outer.scope)) {
+        // Queued before the outer scope may send again, through a client of
+        // its own (the outer one refuses statements while this savepoint is
+        // open); if it fails, the outer scope fails: the transaction cannot
+        // commit.
+        let rollback: Promise<Settled<unknown>>;
+        try {
+          rollback = settle(
+            txn.client(newScope()).unsafe(`rollback to savepoint ${name}`).execute(),
+          );
+        } catch (err) {
+          rollback = Promise.resolve({ ok: false, error: err });
+        }
+        outer.scope.savepointOpen = false;
+        const rolled = await txn.settled(rollback);
+        if (!rolled.ok && !outer.scope.failed) {
+          outer.scope.failed = true;
+          outer.scope.error = rolled.error;
+        }
+      }
+      if (decided.ok) return { kind: 'discarded', value: decided.value.value };
+      throw decided.error;
     } finally {
       outer.scope.savepointOpen = false;
     }
-    const decided = scopeOutcome(savepointOpened, outcome, { ok: true, value: null }, scope);
-    if (decided.ok && decided.value.keep) return { kind: 'kept', value: decided.value.value };
-    if (txn.life.ended === undefined) {
-      // In the outer scope: if even this fails, the transaction cannot commit.
-      // A failure is recorded in the outer scope, which then fails; the
-      // cause is below. An outer scope already over (this run outlived it)
-      // refuses statements: the rollback goes through a client of its own,
-      // and if it fails PostgreSQL aborts the transaction, which then
-      // cannot commit either.
-      const via = isOver(outer.scope) ? txn.client(newScope()) : outer.tx;
-      await txn.settled(
-        settle(Promise.resolve().then(() => via.unsafe(`rollback to savepoint ${name}`).execute())),
-      );
-    }
-    if (decided.ok) return { kind: 'discarded', value: decided.value.value };
-    throw decided.error;
   }
 }
 
@@ -407,9 +459,13 @@ function scopeOutcome<T>(
   return outcome;
 }
 
-/** Whether a scope's run is over; read afresh, since it changes while a nested run awaits. */
-function isOver(scope: Scope): boolean {
-  return scope.ended;
+/** Whether fn's value is a verdict; a JavaScript caller may resolve with anything. */
+function isVerdict(value: unknown): boolean {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { keep?: unknown }).keep === 'boolean'
+  );
 }
 
 function sqlState(err: unknown): unknown {

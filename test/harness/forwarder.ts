@@ -90,13 +90,15 @@ export interface Forwarder {
   /** Takes back every armed cut that has not fired; returns how many. */
   disarmAll(): number;
   /**
-   * Closes every connection a `half_open` or `black_hole` cut left silent,
+   * Closes the connections a `half_open` or `black_hole` cut left silent,
    * as the operating system does in the end with a peer that vanished (its
    * keepalive or retransmission timeout), so the client hears the close.
    *
+   * @param cutBy which of them: those whose cut's trigger it accepts (all
+   *   when absent).
    * @returns how many were closed.
    */
-  dropSilent(): number;
+  dropSilent(cutBy?: (trigger: Trigger) => boolean): number;
   /** Stops listening and drops every connection. Safe to call twice. */
   close(): Promise<void>;
 }
@@ -136,6 +138,8 @@ interface Pair {
   cut: boolean;
   /** Set by an `after_answer` cut: runs after the next server chunk is relayed. */
   afterAnswer: (() => void) | undefined;
+  /** The trigger of the cut this connection took, if it took one. */
+  trigger: Trigger | undefined;
 }
 
 /**
@@ -203,12 +207,20 @@ export async function startForwarder(
     if (index === -1) return undefined;
     const [taken] = armed.splice(index, 1);
     pair.cut = true;
+    pair.trigger = taken?.trigger;
     return taken;
   };
 
   const server = net.createServer((client) => {
     const upstream = net.connect(current, '127.0.0.1');
-    const pair: Pair = { client, upstream, silent: false, cut: false, afterAnswer: undefined };
+    const pair: Pair = {
+      client,
+      upstream,
+      silent: false,
+      cut: false,
+      afterAnswer: undefined,
+      trigger: undefined,
+    };
     pairs.add(pair);
     const close = (): void => {
       drop(pair);
@@ -313,8 +325,12 @@ export async function startForwarder(
       armed = [];
       return count;
     },
-    dropSilent: () => {
-      const silent = [...pairs].filter((pair) => pair.silent);
+    dropSilent: (cutBy) => {
+      const silent = [...pairs].filter(
+        (pair) =>
+          pair.silent &&
+          (cutBy === undefined || (pair.trigger !== undefined && cutBy(pair.trigger))),
+      );
       for (const pair of silent) drop(pair);
       return silent.length;
     },
