@@ -615,12 +615,30 @@ void t.test('the tracing endpoint is an http or https URL', (t) => {
       .endpoint,
     'https://collector.internal:4318/v1/traces',
   );
-  for (const bad of ['', 'collector:4318', 'ftp://collector/v1/traces', 'http://', 'http://a b']) {
+  t.equal(
+    loadConfig({ env: { TRACING__ENDPOINT: 'http://[::1]:4318/v1/traces' } }).tracing.endpoint,
+    'http://[::1]:4318/v1/traces',
+  );
+  for (const bad of [
+    '',
+    'collector:4318',
+    'ftp://collector/v1/traces',
+    'http://',
+    'http://a b',
+    'http://[',
+    'http://::1:4318',
+    'http://%zz',
+    'http://collector:4318/v1/%zz',
+  ]) {
     t.match(
       loadError({ env: { TRACING__ENDPOINT: bad } }).message,
-      `tracing.endpoint = ${JSON.stringify(bad)} (from environment TRACING__ENDPOINT): expected a URL starting with http:// or https://`,
+      `tracing.endpoint = ${JSON.stringify(bad)} (from environment TRACING__ENDPOINT): expected an http:// or https:// URL of a host, an optional port and a path`,
       JSON.stringify(bad),
     );
+  }
+  // Every value the pattern takes, the exporter's parser takes too.
+  for (const good of ['http://127.0.0.1:4318/v1/traces', 'https://otel.internal/v1/traces']) {
+    t.doesNotThrow(() => new URL(good), good);
   }
   t.end();
 });

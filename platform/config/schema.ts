@@ -121,17 +121,22 @@ function ratio(options: LeafOptions<number>) {
 }
 
 /**
- * An http:// or https:// URL. Only the scheme is checked: the client that
- * sends to it reports anything else more precisely than a pattern could.
+ * An http:// or https:// URL of a host name, an IPv4 address or a bracketed
+ * IPv6 address, an optional port and path: what the exporter's URL parser
+ * takes, so a value it would refuse at start-up is refused here, naming
+ * the key.
  */
 function httpUrl(options: LeafOptions<string>) {
   const meta: ConfigLeafMeta = {
     kind: 'string',
     type: 'http:// or https:// URL',
-    expected: 'a URL starting with http:// or https://',
+    expected: 'an http:// or https:// URL of a host, an optional port and a path',
     secret: false,
   };
-  return Type.String({ ...annotations(options, meta), pattern: '^https?://[^\\s]+$' });
+  return Type.String({
+    ...annotations(options, meta),
+    pattern: '^https?://([A-Za-z0-9.-]+|\\[[0-9A-Fa-f:.]+\\])(:[0-9]{1,5})?(/[^\\s%]*)?$',
+  });
 }
 
 /** A switch: JSON `true` or `false` in a file, the strings `true` or `false` in the environment. */

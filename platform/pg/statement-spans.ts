@@ -12,7 +12,10 @@ import { SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
 /** The tracer's name: what an SDK's sampler or processor selects statement spans by. */
 export const STATEMENT_TRACER = 'postgres';
 
-const tracer = trace.getTracer(STATEMENT_TRACER);
+// Asked for at each statement: the API keeps the first provider's tracer
+// in a tracer kept across calls, so a provider registered later (after the
+// first was shut down) would get nothing.
+const tracer = (): ReturnType<typeof trace.getTracer> => trace.getTracer(STATEMENT_TRACER);
 
 /** The attributes statement spans carry (OpenTelemetry's database conventions). */
 export const STATEMENT_ATTRIBUTES = {
@@ -40,7 +43,7 @@ export interface StatementSpans {
 export const statementSpans: StatementSpans = {
   sent(text, settled) {
     const { operation, collection } = describe(text);
-    const span = tracer.startSpan(
+    const span = tracer().startSpan(
       collection === undefined ? operation : `${operation} ${collection}`,
       {
         kind: SpanKind.CLIENT,
@@ -57,11 +60,11 @@ export const statementSpans: StatementSpans = {
     void Promise.prototype.then.call(
       settled,
       () => {
-        span.end();
+        endQuietly(span);
       },
       (err: unknown) => {
         failed(span, err);
-        span.end();
+        endQuietly(span);
       },
     );
   },
@@ -85,6 +88,15 @@ export function describe(text: string): { operation: string; collection: string 
   }
   const word = FIRST_WORD.exec(text)?.[1];
   return { operation: word === undefined ? 'QUERY' : word.toUpperCase(), collection: undefined };
+}
+
+/** Ends a span; an application's span processor that throws must not fail a statement. */
+function endQuietly(span: Span): void {
+  try {
+    span.end();
+  } catch {
+    // Its failure is the SDK's, not the statement's.
+  }
 }
 
 function failed(span: Span, err: unknown): void {

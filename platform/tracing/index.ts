@@ -20,6 +20,8 @@ import {
   ParentBasedSampler,
   TraceIdRatioBasedSampler,
   TracerProvider,
+  type Span,
+  type SpanProcessor,
 } from '@opentelemetry/sdk-trace';
 import { FastifyOtelInstrumentation } from '@fastify/otel';
 import type { FastifyInstance } from 'fastify';
@@ -93,7 +95,10 @@ export function startTracing(options: TracingOptions, log: TracingLog): Tracing 
     sampler: new ParentBasedSampler({
       root: new TraceIdRatioBasedSampler(options.samplingRatio),
     }),
-    spanProcessors: [new BatchSpanProcessor({ exporter, exportTimeoutMillis: EXPORT_TIMEOUT_MS })],
+    spanProcessors: [
+      new ScrubbingProcessor(),
+      new BatchSpanProcessor({ exporter, exportTimeoutMillis: EXPORT_TIMEOUT_MS }),
+    ],
   });
   const contexts = new AsyncLocalStorageContextManager().enable();
   if (!context.setGlobalContextManager(contexts)) {
@@ -117,13 +122,22 @@ export function startTracing(options: TracingOptions, log: TracingLog): Tracing 
   );
   const ignored = new Set(options.ignorePaths);
   const http = new FastifyOtelInstrumentation({
+    // An exception event carries the error's message and stack: a
+    // statement's values, a file path. The status message it also sets is
+    // scrubbed by ScrubbingProcessor.
+    recordExceptions: false,
+    // The path without its query: a query string may carry a secret (a
+    // token a client put there by mistake) or an id.
+    requestHook: (span, request) => {
+      span.setAttribute('url.path', withoutQuery(request.url));
+    },
     // One span per request: a span per hook would cost more than the
     // stages they time, and the handler's span would be parented on the
     // request's span, taking the handler's statements out from under the
     // idempotency attempt that runs it.
     instrumentHooks: false,
     instrumentHandler: false,
-    ignorePaths: (route) => ignored.has(route.url),
+    ignorePaths: (route) => ignored.has(withoutQuery(route.url)),
   });
   http.setTracerProvider(provider);
   let stopping: Promise<void> | undefined;
@@ -147,4 +161,41 @@ export function startTracing(options: TracingOptions, log: TracingLog): Tracing 
         }
       })()),
   };
+}
+
+/** A request's path without its query string. */
+function withoutQuery(url: string): string {
+  const at = url.indexOf('?');
+  return at === -1 ? url : url.slice(0, at);
+}
+
+/** The tracers whose status messages are error types by construction (no message text). */
+const OWN_TRACERS: ReadonlySet<string> = new Set(['fastify-idempotency', 'postgres']);
+
+/**
+ * Clears the status message of spans made by instrumentations other than
+ * ours before they end: @fastify/otel puts the error's message there, and
+ * an error's message can quote a statement's values. The status code stays.
+ */
+class ScrubbingProcessor implements SpanProcessor {
+  onStart(): void {
+    // Nothing to do when a span starts.
+  }
+
+  onEnding(span: Span): void {
+    if (OWN_TRACERS.has(span.instrumentationScope.name)) return;
+    if (span.status.message !== undefined) span.setStatus({ code: span.status.code });
+  }
+
+  onEnd(): void {
+    // The span is read-only by now.
+  }
+
+  forceFlush(): Promise<void> {
+    return Promise.resolve();
+  }
+
+  shutdown(): Promise<void> {
+    return Promise.resolve();
+  }
 }

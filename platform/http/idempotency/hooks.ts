@@ -41,7 +41,15 @@ import type { ResolvedOptions } from './options.js';
 import type { Outcome } from './outcome.js';
 import { keyedStateOf, setBodyBytes, setKeyedState, type KeyedState } from './request-state.js';
 import type { SingleFlight } from './single-flight.js';
-import { ATTRIBUTES, inSpan, inSpanSync, SPANS, spanOutcome } from './tracing.js';
+import {
+  activeContext,
+  ATTRIBUTES,
+  inSpan,
+  inSpanSync,
+  SPANS,
+  spanOutcome,
+  startSpan,
+} from './tracing.js';
 
 const KEY_HINT =
   'Send a UUIDv7 (for example 0190f2a4-1b2c-7d3e-8f40-123456789abc), bare or in double quotes.';
@@ -131,7 +139,8 @@ async function beforeValidation(
   };
   setKeyedState(req, state);
   const found = ctx.options.store.recall(state.principalId, state.key, ctx.options.clock.now());
-  if (found === null) return undefined;
+  // A JavaScript store may answer a miss with undefined.
+  if (!found) return undefined;
   return inSpanSync(SPANS.request, requestAttributes(ctx, req), (span) => {
     const sent = answerFromRow(ctx, req, reply, state, found, span, 'memory');
     endAttributes(span, reply);
@@ -291,13 +300,13 @@ async function inTurn(
   handler: () => unknown,
 ): Promise<FastifyReply> {
   const { options, route } = ctx;
-  const acquired = await inSpan(SPANS.keyWait, {}, async (waiting) => {
-    const got = await ctx.flights.acquire(`${state.principalId}/${state.key}`, options.waitMs);
-    waiting.setAttributes({
-      [ATTRIBUTES.keyWaitWaited]: got.waited,
-      [ATTRIBUTES.keyWaitResult]: got.turn === null ? 'timeout' : 'turn',
-    });
-    return got;
+  // The turn is taken outside any span callback, so nothing tracing does
+  // can come between taking it and the finally below that gives it back.
+  const waited = startSpan(SPANS.keyWait, activeContext());
+  const acquired = await ctx.flights.acquire(`${state.principalId}/${state.key}`, options.waitMs);
+  waited({
+    [ATTRIBUTES.keyWaitWaited]: acquired.waited,
+    [ATTRIBUTES.keyWaitResult]: acquired.turn === null ? 'timeout' : 'turn',
   });
   if (acquired.waited) {
     options.onEvent({

@@ -55,9 +55,24 @@ export const ATTRIBUTES = {
   sqlState: 'db.response.status_code',
 } as const;
 
-// A proxy: it delegates to whichever provider the application registers,
-// before or after the plugin was loaded.
-const tracer: Tracer = trace.getTracer(TRACER_NAME);
+/**
+ * The tracer, asked for at each span: the API caches the first provider's
+ * tracer in a tracer kept across spans, and an application (or its tests)
+ * that registers a second provider after shutting the first down would
+ * still feed the first.
+ */
+function tracer(): Tracer {
+  return trace.getTracer(TRACER_NAME);
+}
+
+/** Ends a span; a span processor that throws must never change an answer. */
+function endQuietly(span: Span): void {
+  try {
+    span.end();
+  } catch {
+    // The SDK's processors are the application's: their failure is not the request's.
+  }
+}
 
 /**
  * Runs `fn` in a new span made the active one (so spans made inside, a
@@ -75,14 +90,14 @@ export function inSpan<T>(
   attributes: Attributes,
   fn: (span: Span) => Promise<T>,
 ): Promise<T> {
-  return tracer.startActiveSpan(name, { attributes }, async (span) => {
+  return tracer().startActiveSpan(name, { attributes }, async (span) => {
     try {
       return await fn(span);
     } catch (err) {
       failSpan(span, err);
       throw err;
     } finally {
-      span.end();
+      endQuietly(span);
     }
   });
 }
@@ -96,14 +111,14 @@ export function inSpan<T>(
  * @returns what `fn` returns.
  */
 export function inSpanSync<T>(name: string, attributes: Attributes, fn: (span: Span) => T): T {
-  return tracer.startActiveSpan(name, { attributes }, (span) => {
+  return tracer().startActiveSpan(name, { attributes }, (span) => {
     try {
       return fn(span);
     } catch (err) {
       failSpan(span, err);
       throw err;
     } finally {
-      span.end();
+      endQuietly(span);
     }
   });
 }
@@ -123,14 +138,14 @@ export function startSpan(
   name: string,
   parent: Context,
 ): (attributes: Attributes, failed?: unknown) => void {
-  const span = tracer.startSpan(name, {}, parent);
+  const span = tracer().startSpan(name, {}, parent);
   let ended = false;
   return (attributes, failed) => {
     if (ended) return;
     ended = true;
     span.setAttributes(attributes);
     if (failed !== undefined) failSpan(span, failed);
-    span.end();
+    endQuietly(span);
   };
 }
 
