@@ -99,10 +99,13 @@ function endQuietly(span: Span): void {
   }
 }
 
+/** A SQLSTATE: five digits or capitals, one at least a digit (a Node.js `EBADF` is not one). */
+const SQLSTATE = /^(?=[A-Z]*[0-9])[0-9A-Z]{5}$/;
+
 function failed(span: Span, err: unknown): void {
   const code = (err as { code?: unknown } | null)?.code;
   const type =
-    typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)
+    typeof code === 'string' && SQLSTATE.test(code)
       ? code
       : ((err as { name?: unknown } | null)?.name as string | undefined) || '_OTHER';
   span.setAttribute(STATEMENT_ATTRIBUTES.errorType, type);

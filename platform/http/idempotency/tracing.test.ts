@@ -318,4 +318,7 @@ void t.test('a span that ends in an error says its type, never its message', asy
   t.notMatch(JSON.stringify(spans.map((s) => [s.attributes, s.status])), /principal-1/);
   t.equal(errorType(null), '_OTHER');
   t.equal(errorType({ code: 'not a sqlstate', name: 'Named' }), 'Named');
+  t.equal(errorType({ code: 'EBADF', name: 'Error' }), 'Error', 'a Node.js code is no SQLSTATE');
+  t.equal(errorType({ code: 'P0001' }), 'P0001');
+  t.equal(errorType({ code: 'XX000' }), 'XX000');
 });

@@ -173,14 +173,21 @@ export function spanOutcome(span: Span | undefined, outcome: Outcome): void {
  */
 export function errorType(err: unknown): string {
   const code = (err as { code?: unknown } | null)?.code;
-  if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
+  if (typeof code === 'string' && SQLSTATE.test(code)) return code;
   const name = (err as { name?: unknown } | null)?.name;
   return typeof name === 'string' && name !== '' ? name : '_OTHER';
 }
 
+/**
+ * A SQLSTATE: five digits or capitals, at least one a digit (every
+ * SQLSTATE has one), so a Node.js error code of five capitals (`EBADF`,
+ * `EPERM`) is not taken for one.
+ */
+const SQLSTATE = /^(?=[A-Z]*[0-9])[0-9A-Z]{5}$/;
+
 function failSpan(span: Span, err: unknown): void {
   const type = errorType(err);
   span.setAttribute(ATTRIBUTES.errorType, type);
-  if (/^[0-9A-Z]{5}$/.test(type)) span.setAttribute(ATTRIBUTES.sqlState, type);
+  if (SQLSTATE.test(type)) span.setAttribute(ATTRIBUTES.sqlState, type);
   span.setStatus({ code: SpanStatusCode.ERROR, message: type });
 }
