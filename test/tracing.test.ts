@@ -206,8 +206,18 @@ void t.test(
     });
     t.ok(queried.statusCode < 500, `a read with a query string (${String(queried.statusCode)})`);
     t.equal((await k.app.http.inject({ method: 'GET', url: '/readyz?probe=1' })).statusCode, 200);
+    // A cleanup run (the worker's task runs the same function): a span of
+    // its own with what it deleted, its statements under it.
+    t.same(await k.app.sync.cleanup(), { deleted: 0, batches: 1, aborted: false });
     // The batch is sent at the latest when the application closes.
     await k.app.close();
+    const byId = new Map(sink.spans.map((s) => [s.spanId, s]));
+    const isUnder = (s: SentSpan, name: string): boolean => {
+      for (let p = byId.get(s.parentSpanId); p !== undefined; p = byId.get(p.parentSpanId)) {
+        if (p.name === name) return true;
+      }
+      return false;
+    };
 
     t.ok(sink.paths.length > 0, 'the SDK posted to the endpoint');
     t.ok(
@@ -218,6 +228,25 @@ void t.test(
       sink.spans.every((s) => s.service === 'traced-service'),
       'service.name is app.name',
     );
+    const cleanup = sink.spans.filter((s) => s.name === 'idempotency.cleanup');
+    t.same(
+      cleanup.map((s) => [s.parentSpanId, s.attributes]),
+      [
+        [
+          '',
+          {
+            'idempotency.cleanup.deleted_rows': 0,
+            'idempotency.cleanup.batches': 1,
+            'idempotency.cleanup.aborted': false,
+          },
+        ],
+      ],
+      'one cleanup span, a trace of its own',
+    );
+    const underCleanup = sink.spans
+      .filter((s) => isUnder(s, 'idempotency.cleanup'))
+      .map((s) => s.attributes['db.operation.name']);
+    t.ok(underCleanup.length > 0, `the cleanup's statements under it (${underCleanup.join(', ')})`);
     t.same(
       sink.spans.filter((s) => String(s.attributes['url.path']).startsWith('/readyz')),
       [],
@@ -238,11 +267,11 @@ void t.test(
     t.same(
       sink.spans
         .filter((s) => !traces.has(s.traceId))
+        .filter((s) => s.name !== 'idempotency.cleanup' && !isUnder(s, 'idempotency.cleanup'))
         .filter((s) => s.parentSpanId !== '' || s.attributes['db.system.name'] !== 'postgresql'),
       [],
       "every span of the requests is in its client's trace",
     );
-    const byId = new Map(sink.spans.map((s) => [s.spanId, s]));
     const ancestors = (s: SentSpan): string[] => {
       const names: string[] = [];
       for (let p = byId.get(s.parentSpanId); p !== undefined; p = byId.get(p.parentSpanId)) {

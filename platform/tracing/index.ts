@@ -170,7 +170,7 @@ function withoutQuery(url: string): string {
 }
 
 /** The tracers whose status messages are error types by construction (no message text). */
-const OWN_TRACERS: ReadonlySet<string> = new Set(['fastify-idempotency', 'postgres']);
+const OWN_TRACERS: ReadonlySet<string> = new Set(['fastify-idempotency', 'postgres', 'sync']);
 
 /**
  * Clears the status message of spans made by instrumentations other than

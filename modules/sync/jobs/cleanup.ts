@@ -2,6 +2,7 @@
  * Task `sync:idempotency_cleanup` (catalogue name `sync.idempotency_cleanup`)
  * on queue `maintenance`, and its cron item.
  */
+import { SpanStatusCode, trace } from '@opentelemetry/api';
 import type { Clock } from '../../../kernel/clock/index.js';
 import type { Metrics } from '../../../kernel/metrics/index.js';
 import {
@@ -16,6 +17,11 @@ import {
   type CleanupReport,
   type ExpiredKeys,
 } from '../app/cleanup.js';
+
+/** The tracer of the cleanup runs' spans. */
+export const CLEANUP_TRACER = 'sync';
+/** The span of one cleanup run (docs/operations/tracing.md). */
+export const CLEANUP_SPAN = 'idempotency.cleanup';
 
 /** The task identifier (cron identifiers cannot hold dots). */
 export const CLEANUP_TASK = 'sync:idempotency_cleanup';
@@ -57,21 +63,39 @@ export function cleanupJob(deps: CleanupTaskDeps): {
   const runs = deps.metrics.counter('idempotency_cleanup_runs_total', 'Cleanup runs by result.', [
     'result',
   ]);
-  // The task and a run started by hand (operations, tests) count alike.
-  const run = async (signal?: AbortSignal): Promise<CleanupReport> => {
-    const report = await runCleanup({
-      keys: deps.keys,
-      clock: deps.clock,
-      batchSize: deps.batchSize,
-      pacing: deps.pacing,
-      ...(signal === undefined ? {} : { signal }),
-      onBatch: (n) => {
-        deletedRows.inc({}, n);
-      },
+  // The task and a run started by hand (operations, tests) count alike,
+  // and each is a span (a no-op unless tracing is on) whose children are
+  // its DELETE statements.
+  const run = (signal?: AbortSignal): Promise<CleanupReport> =>
+    trace.getTracer(CLEANUP_TRACER).startActiveSpan(CLEANUP_SPAN, async (span) => {
+      try {
+        const report = await runCleanup({
+          keys: deps.keys,
+          clock: deps.clock,
+          batchSize: deps.batchSize,
+          pacing: deps.pacing,
+          ...(signal === undefined ? {} : { signal }),
+          onBatch: (n) => {
+            deletedRows.inc({}, n);
+          },
+        });
+        runs.inc({ result: report.aborted ? 'aborted' : 'completed' });
+        span.setAttributes({
+          'idempotency.cleanup.deleted_rows': report.deleted,
+          'idempotency.cleanup.batches': report.batches,
+          'idempotency.cleanup.aborted': report.aborted,
+        });
+        return report;
+      } catch (err) {
+        const code = (err as { code?: unknown } | null)?.code;
+        const type = typeof code === 'string' ? code : ((err as Error | null)?.name ?? '_OTHER');
+        span.setAttribute('error.type', type);
+        span.setStatus({ code: SpanStatusCode.ERROR, message: type });
+        throw err;
+      } finally {
+        span.end();
+      }
     });
-    runs.inc({ result: report.aborted ? 'aborted' : 'completed' });
-    return report;
-  };
   const task = defineTask({
     identifier: CLEANUP_TASK,
     queue: MAINTENANCE_QUEUE,
