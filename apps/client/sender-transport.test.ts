@@ -9,7 +9,7 @@ import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
 import { describeError } from './sender-lines.js';
-import { MAX_BODY_BYTES, Transport } from './sender-transport.js';
+import { MAX_BODY_BYTES, traceparentOf, Transport } from './sender-transport.js';
 
 type Handler = (req: http.IncomingMessage, res: http.ServerResponse) => void;
 
@@ -297,5 +297,46 @@ void t.test(
     t.equal(answer.body, 'through the proxy');
     t.same(seen, ['http://origin.invalid:8080/x'], 'the proxy was asked for the origin');
     transport.close();
+  },
+);
+
+void t.test(
+  "every attempt of an intent carries a traceparent of one trace, the key's hash, never the key",
+  async (t) => {
+    const seen: (string | undefined)[] = [];
+    const { base } = await serve(t, (req, res) => {
+      const header = req.headers['traceparent'];
+      seen.push(typeof header === 'string' ? header : undefined);
+      res.writeHead(201, { 'content-type': 'application/json' }).end('{}');
+    });
+    const key = '0190f2a4-1b2c-7d3e-8f40-123456789abc';
+    // Two transports: the second stands for the client started again.
+    for (let i = 0; i < 2; i++) {
+      const transport = new Transport(base, 'tok', 5_000);
+      t.equal((await transport.request('POST', '/x', '{}', key, never)).status, 201);
+      await transport.request('POST', '/x', '{}', key, never);
+      transport.close();
+    }
+    const other = new Transport(base, 'tok', 5_000);
+    await other.request('POST', '/x', '{}', '0190f2a4-1b2c-7d3e-8f40-000000000000', never);
+    await other.request('GET', '/y', null, undefined, never);
+    other.close();
+    const parts = seen
+      .slice(0, 4)
+      .map((h) => /^00-([0-9a-f]{32})-([0-9a-f]{16})-01$/.exec(h ?? ''));
+    t.ok(
+      parts.every((p) => p !== null),
+      `W3C traceparent, sampled (${seen.join(', ')})`,
+    );
+    t.equal(new Set(parts.map((p) => p?.[1])).size, 1, 'one trace for the intent');
+    t.equal(new Set(parts.map((p) => p?.[2])).size, 4, 'a span of its own per attempt');
+    t.equal(parts[0]?.[1], traceparentOf(key).split('-')[1], 'derived from the key alone');
+    t.notMatch(seen.join(' '), key.replaceAll('-', ''), 'the key is not in it');
+    t.not(
+      /^00-([0-9a-f]{32})/.exec(seen[4] ?? '')?.[1],
+      parts[0]?.[1],
+      'another intent, another trace',
+    );
+    t.equal(seen[5], undefined, 'none without a key');
   },
 );

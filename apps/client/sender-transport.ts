@@ -10,6 +10,7 @@
  * fetch's whole HTTP stack (about 50 ms for a command that sends two
  * requests); see docs/DECISIONS.md, "The client sends with node:http".
  */
+import { createHash, randomBytes } from 'node:crypto';
 import type {
   Agent,
   AgentOptions,
@@ -34,6 +35,26 @@ interface HttpModule {
 
 /** The header in which the server tells how long it keeps a key, in whole seconds. */
 const KEY_LIFETIME_HEADER = 'idempotency-key-lifetime';
+
+/**
+ * The W3C `traceparent` of one attempt of an intent: its trace id is the
+ * first 16 bytes of the SHA-256 of the intent's key, so every attempt of
+ * the intent (after a crash and a restart too: the outbox keeps the key)
+ * is in one trace, and the key itself is not in it; its span id is fresh
+ * per attempt; sampled, so a server that traces keeps the whole intent.
+ *
+ * @param key the intent's Idempotency-Key.
+ * @returns the header's value, `00-<trace id>-<span id>-01`.
+ */
+export function traceparentOf(key: string): string {
+  const traceId = createHash('sha256').update(key).digest('hex').slice(0, 32);
+  let spanId = randomBytes(8).toString('hex');
+  // All zeros is not a valid span id (one in 2^64).
+  while (/^0+$/.test(spanId)) spanId = randomBytes(8).toString('hex');
+  // Nor is an all-zero trace id; a SHA-256 prefix of 128 zero bits is not
+  // found by chance.
+  return `00-${traceId}-${spanId}-01`;
+}
 
 /**
  * Reads `Idempotency-Key-Lifetime`: whole seconds (an RFC 8941 integer).
@@ -280,7 +301,10 @@ export class Transport {
       headers['content-type'] = 'application/json';
       headers['content-length'] = String(Buffer.byteLength(body));
     }
-    if (key !== undefined) headers['idempotency-key'] = key;
+    if (key !== undefined) {
+      headers['idempotency-key'] = key;
+      headers['traceparent'] = traceparentOf(key);
+    }
     // The same keep-alive agent as Node.js's global one, of this transport
     // alone: the requests of a drain share its connections.
     // NODE_USE_ENV_PROXY=1 sends through HTTP_PROXY / HTTPS_PROXY (NO_PROXY
