@@ -10,7 +10,6 @@
  * fetch's whole HTTP stack (about 50 ms for a command that sends two
  * requests); see docs/DECISIONS.md, "The client sends with node:http".
  */
-import { createHash, randomBytes } from 'node:crypto';
 import type {
   Agent,
   AgentOptions,
@@ -22,6 +21,10 @@ import { OutboxCorruptError, type RecordedAnswer } from './outbox.js';
 import { parseHttpDate } from './retry.js';
 import { problemCode } from './sender-lines.js';
 import { parseOrigin } from './sender-origin.js';
+
+// Through process.getBuiltinModule, as the module comment says of node:http:
+// an ES import of node:crypto loads webcrypto too (docs/DECISIONS.md).
+const { createHash, randomBytes } = process.getBuiltinModule('node:crypto');
 
 /** `http` and `https` share what the transport uses of them. */
 interface HttpModule {

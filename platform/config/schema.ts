@@ -557,7 +557,7 @@ export const ConfigSchema = Type.Object(
       sampling_ratio: ratio({
         default: 1,
         description:
-          'Share of traces kept where a request starts one (no traceparent), from 0 (none) to 1 (all), by trace id; a request whose traceparent says sampled is kept and one that says not sampled is not, whatever this says.',
+          'Share of traces kept, from 0 (none) to 1 (all), decided by trace id: for a trace a request starts (no traceparent) and for one whose traceparent says sampled (the client sends every attempt of an intent as sampled, in one trace, so an intent is kept or dropped whole); a traceparent that says not sampled is not kept, whatever this says.',
       }),
     }),
   },

@@ -92,8 +92,14 @@ export function startTracing(options: TracingOptions, log: TracingLog): Tracing 
   });
   const provider = new TracerProvider({
     resource: resourceFromAttributes({ 'service.name': options.serviceName }),
+    // The ratio decides for a trace the server starts and for one whose
+    // caller says sampled: a client sends every intent's attempts as
+    // sampled, and the ratio must still bound what reaches the collector.
+    // The decision is by trace id, so all attempts of one intent (one trace
+    // id) are kept or dropped together. A caller's "not sampled" is kept.
     sampler: new ParentBasedSampler({
       root: new TraceIdRatioBasedSampler(options.samplingRatio),
+      remoteParentSampled: new TraceIdRatioBasedSampler(options.samplingRatio),
     }),
     spanProcessors: [
       new ScrubbingProcessor(),

@@ -5,7 +5,7 @@
  */
 import net from 'node:net';
 import t from 'tap';
-import { trace } from '@opentelemetry/api';
+import { propagation, ROOT_CONTEXT, trace } from '@opentelemetry/api';
 import { startTracing, type TracingOptions } from './index.js';
 
 const options: TracingOptions = {
@@ -76,10 +76,36 @@ void t.test('on: one SDK per process, a second is refused, shutdown twice is saf
   await again.shutdown();
 });
 
-void t.test('a sampling ratio of 0 records no root span', async (t) => {
-  const on = startTracing({ ...options, samplingRatio: 0 }, recordingLog());
-  const span = trace.getTracer('probe').startSpan('root');
-  t.equal(span.isRecording(), false);
-  span.end();
-  await on.shutdown();
-});
+void t.test(
+  'a sampling ratio of 0 records no root span, nor one under a sampled caller',
+  async (t) => {
+    const on = startTracing({ ...options, samplingRatio: 0 }, recordingLog());
+    const span = trace.getTracer('probe').startSpan('root');
+    t.equal(span.isRecording(), false);
+    span.end();
+    // A caller's traceparent that says sampled: the ratio still decides.
+    const caller = propagation.extract(ROOT_CONTEXT, {
+      traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+    });
+    const child = trace.getTracer('probe').startSpan('child', {}, caller);
+    t.equal(child.isRecording(), false);
+    child.end();
+    await on.shutdown();
+    const all = startTracing(options, recordingLog());
+    const kept = trace.getTracer('probe').startSpan(
+      'child',
+      {},
+      propagation.extract(ROOT_CONTEXT, {
+        traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+      }),
+    );
+    t.equal(kept.isRecording(), true, 'a ratio of 1 keeps it');
+    t.equal(
+      kept.spanContext().traceId,
+      '0af7651916cd43dd8448eb211c80319c',
+      "in the caller's trace",
+    );
+    kept.end();
+    await all.shutdown();
+  },
+);

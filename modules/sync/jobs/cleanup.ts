@@ -87,13 +87,16 @@ export function cleanupJob(deps: CleanupTaskDeps): {
         });
         return report;
       } catch (err) {
-        const code = (err as { code?: unknown } | null)?.code;
-        const type = typeof code === 'string' ? code : ((err as Error | null)?.name ?? '_OTHER');
+        const type = errorTypeOf(err);
         span.setAttribute('error.type', type);
         span.setStatus({ code: SpanStatusCode.ERROR, message: type });
         throw err;
       } finally {
-        span.end();
+        try {
+          span.end();
+        } catch {
+          // A span processor's failure is not the run's: its rows are deleted and counted.
+        }
       }
     });
   const task = defineTask({
@@ -114,4 +117,15 @@ export function cleanupJob(deps: CleanupTaskDeps): {
     queueName: MAINTENANCE_QUEUE,
   });
   return { task, cron, run };
+}
+
+/**
+ * A failed run's `error.type`: its SQLSTATE (five digits or capitals, one
+ * at least a digit, so a Node.js `EBADF` is not one), else its name.
+ */
+function errorTypeOf(err: unknown): string {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code === 'string' && /^(?=[A-Z]*[0-9])[0-9A-Z]{5}$/.test(code)) return code;
+  const name = (err as { name?: unknown } | null)?.name;
+  return typeof name === 'string' && name !== '' ? name : '_OTHER';
 }
