@@ -9,6 +9,7 @@ import {
   formatClient,
   formatReport,
   formatFloorBound,
+  formatTracingCost,
   httpFloorBound,
   judgeTargets,
   renderChart,
@@ -238,5 +239,41 @@ void t.test('/proc io counts the write system calls', (t) => {
   const text = 'rchar: 6976\nwchar: 10\nsyscr: 10\nsyscw: 42\nread_bytes: 0\n';
   t.same(parseProcIo(text), { syscr: 10, syscw: 42 });
   t.throws(() => parseProcIo('garbage'), /not a \/proc io file/);
+  t.end();
+});
+
+void t.test('tracing on against off: throughput ratio and CPU added per request', (t) => {
+  const run = figures();
+  t.equal(formatTracingCost(run), '', 'no line without the traced scenarios');
+  const on = (id: string, rps: number, nodeCpuUs: number, pgCpuUs: number): ScenarioFigures => ({
+    ...s(id, rps),
+    nodeCpuUs,
+    pgCpuUs,
+  });
+  const traced = {
+    ...run,
+    scenarios: [
+      ...run.scenarios,
+      on('traced_unkeyed', 850, 420, 410),
+      on('traced_keyed', 630, 390, 400),
+    ],
+  };
+  // unkeyed: 1000 req/s at 300 + 400 us; keyed: 900 req/s at the same.
+  const text = formatTracingCost(traced);
+  t.match(
+    text,
+    /tracing on \/ off, unkeyed: req\/s 0\.85, Node\.js \+120 us\/req, PostgreSQL \+10 us\/req/,
+  );
+  t.match(
+    text,
+    /tracing on \/ off, keyed: req\/s 0\.70, Node\.js \+90 us\/req, PostgreSQL \+0 us\/req/,
+  );
+  t.equal(text.split('\n').length, 2, 'a line per pair');
+  const onlyKeyed = { ...run, scenarios: [...run.scenarios, on('traced_keyed', 450, 600, 400)] };
+  t.match(
+    formatTracingCost(onlyKeyed),
+    /^tracing on \/ off, keyed: req\/s 0\.50, Node\.js \+300 us\/req, PostgreSQL \+0 us\/req$/,
+  );
+  t.match(formatReport(traced), /tracing on \/ off, keyed/, 'in the report');
   t.end();
 });

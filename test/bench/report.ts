@@ -216,6 +216,34 @@ export function formatFloorBound(figures: BenchFigures): string {
   return `unkeyed HTTP / in-process ceiling: bound ${fixed(bound, 2)} by the HTTP floor's CPU per request (a server adding nothing to bare Fastify), measured ${fixed(measured, 2)}`;
 }
 
+/**
+ * What tracing costs per request: each traced scenario (our server with
+ * every request sampled and exported) against its untraced twin of the
+ * same rounds, as the throughput ratio and the Node.js and PostgreSQL
+ * CPU it adds per request.
+ *
+ * @param figures the run; uses unkeyed, keyed, traced_unkeyed and
+ *   traced_keyed.
+ * @returns a line per pair that ran, joined by newlines; empty when no
+ *   traced scenario ran beside its twin.
+ */
+export function formatTracingCost(figures: BenchFigures): string {
+  const lines: string[] = [];
+  for (const id of ['unkeyed', 'keyed']) {
+    const off = figures.scenarios.find((s) => s.id === id);
+    const on = figures.scenarios.find((s) => s.id === `traced_${id}`);
+    if (off === undefined || on === undefined) continue;
+    const added = (a: number, b: number): string => {
+      const d = Math.round(a - b);
+      return d >= 0 ? `+${String(d)}` : String(d);
+    };
+    lines.push(
+      `tracing on / off, ${id}: req/s ${fixed(on.rps / off.rps, 2)}, Node.js ${added(on.nodeCpuUs, off.nodeCpuUs)} us/req, PostgreSQL ${added(on.pgCpuUs, off.pgCpuUs)} us/req`,
+    );
+  }
+  return lines.join('\n');
+}
+
 function fixed(n: number, digits: number): string {
   return Number.isFinite(n) ? n.toFixed(digits) : String(n);
 }
@@ -315,7 +343,8 @@ export function formatReport(figures: BenchFigures): string {
   );
   const client = formatClient(figures.client);
   const floor = formatFloorBound(figures);
-  return `${scenarios}\n\n${bursts}\n${cleanup}\n${client === '' ? '' : `${client}\n`}\n${targets}\n${floor === '' ? '' : `${floor}\n`}`;
+  const tracing = formatTracingCost(figures);
+  return `${scenarios}\n\n${bursts}\n${cleanup}\n${client === '' ? '' : `${client}\n`}\n${targets}\n${floor === '' ? '' : `${floor}\n`}${tracing === '' ? '' : `${tracing}\n`}`;
 }
 
 function escapeXml(s: string): string {

@@ -18,6 +18,9 @@
  *   library in place of ours (test/bench/peer-server.ts, a server of its
  *   own on the same database); the HTTP floor, a bare Fastify server
  *   answering the same requests with no database (floor-server.ts);
+ *   unkeyed and keyed transfers to a second server of ours with tracing
+ *   on, every request sampled and exported to a collector process
+ *   (otlp-sink.ts);
  * - then, one after the other: bursts of identical keyed requests (time
  *   until all answered, effects); keyed transfers with 1,000,000 keys
  *   stored (seeded with SQL); cleanup of 1,000,000 expired keys, alone,
@@ -76,6 +79,7 @@ import {
   formatFloorBound,
   formatReport,
   formatScenarios,
+  formatTracingCost,
   judgeTargets,
   renderChart,
   type BenchFigures,
@@ -265,6 +269,7 @@ function partial(figures: BenchFigures): string {
   const parts = [
     figures.scenarios.length === 0 ? '' : formatScenarios(figures),
     formatFloorBound(figures),
+    formatTracingCost(figures),
     formatClient(figures.client),
   ];
   return `${parts.filter((p) => p !== '').join('\n\n')}\n`;
@@ -624,6 +629,43 @@ async function main(): Promise<void> {
       });
     }
 
+    // Tracing on: a second server of ours with every request sampled,
+    // exporting OTLP/HTTP JSON to a collector process of its own
+    // (otlp-sink.ts), idle while the others are measured. Beside
+    // `unkeyed` and `keyed` in the same rounds, its windows give what
+    // tracing costs per request; the requests sent to it (warm-ups
+    // included) against the request spans the collector received say
+    // whether the SDK dropped any.
+    let traced: { server: Server; sink: Server; sent: number } | undefined;
+    if (wanted('traced_unkeyed') || wanted('traced_keyed')) {
+      const sink = await startServer('dist-bench/test/bench/otlp-sink.js', [], {});
+      servers.push(sink);
+      const server = await startServer('dist/apps/server/main.js', ['--role', 'api'], {
+        ...env,
+        TRACING__ENABLED: 'true',
+        TRACING__ENDPOINT: `${sink.base}/v1/traces`,
+        TRACING__SAMPLING_RATIO: '1',
+      });
+      servers.push(server);
+      const on = { server, sink, sent: 0 };
+      traced = on;
+      const counted = (next: () => LoadRequest) => (): LoadRequest => {
+        on.sent += 1;
+        return next();
+      };
+      for (const [id, label, next] of [
+        ['traced_unkeyed', 'unkeyed, tracing on (every request sampled)', unkeyed],
+        ['traced_keyed', 'keyed, fresh key, tracing on (every request sampled)', keyed],
+      ] as const) {
+        if (!wanted(id)) continue;
+        steady.push({
+          id,
+          label,
+          window: httpWindow(counted(next), server, server.child.pid!),
+        });
+      }
+    }
+
     const measured = await runInterleaved(steady, {
       warmupSeconds: WARMUP,
       seconds: SECONDS,
@@ -634,6 +676,19 @@ async function main(): Promise<void> {
       scenarios.push(toScenario(scenario.id, scenario.label, figures));
     }
     for (const close of closers) await close();
+    if (traced !== undefined) {
+      // Stopping the traced server flushes what its SDK still buffers.
+      await stopServer(traced.server);
+      servers.splice(servers.indexOf(traced.server), 1);
+      const received = (await (await fetch(`${traced.sink.base}/count`)).json()) as {
+        posts: number;
+        spans: number;
+        requestSpans: number;
+      };
+      log(
+        `tracing on: ${String(traced.sent)} requests sent, ${String(received.requestSpans)} request spans received (${String(received.spans)} spans in ${String(received.posts)} posts, ${(received.spans / Math.max(1, received.requestSpans)).toFixed(1)} per request)`,
+      );
+    }
 
     /** A scenario of its own after the rounds: a warm-up, then its windows. */
     const run = async (
