@@ -1,6 +1,7 @@
 /**
  * Errors for the client: the problem catalogue, AppError, the RFC 9457
- * problem body and the problem of a Fastify validation error.
+ * problem body, the problem of a Fastify validation error, and the
+ * `error.type` a span records for a failure.
  *
  * @packageDocumentation
  */
@@ -18,3 +19,4 @@ export {
   VALIDATION_SCAN_LIMIT,
   validationProblem,
 } from './validation.js';
+export { errorType, isSqlState } from './error-type.js';

@@ -8,6 +8,7 @@
  * text, which `unsafe()` statements could hold values in.
  */
 import { SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
+import { errorType, isSqlState } from '../../kernel/errs/index.js';
 
 /** The tracer's name: what an SDK's sampler or processor selects statement spans by. */
 export const STATEMENT_TRACER = 'postgres';
@@ -99,16 +100,9 @@ function endQuietly(span: Span): void {
   }
 }
 
-/** A SQLSTATE: five digits or capitals, one at least a digit (a Node.js `EBADF` is not one). */
-const SQLSTATE = /^(?=[A-Z]*[0-9])[0-9A-Z]{5}$/;
-
 function failed(span: Span, err: unknown): void {
-  const code = (err as { code?: unknown } | null)?.code;
-  const type =
-    typeof code === 'string' && SQLSTATE.test(code)
-      ? code
-      : ((err as { name?: unknown } | null)?.name as string | undefined) || '_OTHER';
+  const type = errorType(err);
   span.setAttribute(STATEMENT_ATTRIBUTES.errorType, type);
-  if (type === code) span.setAttribute(STATEMENT_ATTRIBUTES.status, type);
+  if (isSqlState(type)) span.setAttribute(STATEMENT_ATTRIBUTES.status, type);
   span.setStatus({ code: SpanStatusCode.ERROR, message: type });
 }

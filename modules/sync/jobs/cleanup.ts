@@ -4,6 +4,7 @@
  */
 import { SpanStatusCode, trace } from '@opentelemetry/api';
 import type { Clock } from '../../../kernel/clock/index.js';
+import { errorType } from '../../../kernel/errs/index.js';
 import type { Metrics } from '../../../kernel/metrics/index.js';
 import {
   defineCronItem,
@@ -87,7 +88,7 @@ export function cleanupJob(deps: CleanupTaskDeps): {
         });
         return report;
       } catch (err) {
-        const type = errorTypeOf(err);
+        const type = errorType(err);
         span.setAttribute('error.type', type);
         span.setStatus({ code: SpanStatusCode.ERROR, message: type });
         throw err;
@@ -117,15 +118,4 @@ export function cleanupJob(deps: CleanupTaskDeps): {
     queueName: MAINTENANCE_QUEUE,
   });
   return { task, cron, run };
-}
-
-/**
- * A failed run's `error.type`: its SQLSTATE (five digits or capitals, one
- * at least a digit, so a Node.js `EBADF` is not one), else its name.
- */
-function errorTypeOf(err: unknown): string {
-  const code = (err as { code?: unknown } | null)?.code;
-  if (typeof code === 'string' && /^(?=[A-Z]*[0-9])[0-9A-Z]{5}$/.test(code)) return code;
-  const name = (err as { name?: unknown } | null)?.name;
-  return typeof name === 'string' && name !== '' ? name : '_OTHER';
 }

@@ -17,11 +17,11 @@ import {
   type InMemoryUnitOfWorkOptions,
 } from '../../../kernel/txn/in-memory.js';
 import { recordSpans, type SpanNode } from '../../../test/harness/tracing.js';
+import { errorType } from '../../../kernel/errs/index.js';
 import idempotency from './index.js';
 import {
   activeContext,
   ATTRIBUTES,
-  errorType,
   inSpan,
   inSpanSync,
   SPANS,

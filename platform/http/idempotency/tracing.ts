@@ -25,6 +25,7 @@ import {
   type Span,
   type Tracer,
 } from '@opentelemetry/api';
+import { errorType, isSqlState } from '../../../kernel/errs/index.js';
 import type { Outcome } from './outcome.js';
 
 /** The tracer's name (the package's): what an SDK's view or sampler selects on. */
@@ -164,30 +165,9 @@ export function spanOutcome(span: Span | undefined, outcome: Outcome): void {
   span?.setAttribute(ATTRIBUTES.outcome, outcome);
 }
 
-/**
- * The `error.type` of an error: its SQLSTATE when it has one (a
- * PostgreSQL error, or one shaped like it), else its name.
- *
- * @param err what was thrown.
- * @returns the type, never empty.
- */
-export function errorType(err: unknown): string {
-  const code = (err as { code?: unknown } | null)?.code;
-  if (typeof code === 'string' && SQLSTATE.test(code)) return code;
-  const name = (err as { name?: unknown } | null)?.name;
-  return typeof name === 'string' && name !== '' ? name : '_OTHER';
-}
-
-/**
- * A SQLSTATE: five digits or capitals, at least one a digit (every
- * SQLSTATE has one), so a Node.js error code of five capitals (`EBADF`,
- * `EPERM`) is not taken for one.
- */
-const SQLSTATE = /^(?=[A-Z]*[0-9])[0-9A-Z]{5}$/;
-
 function failSpan(span: Span, err: unknown): void {
   const type = errorType(err);
   span.setAttribute(ATTRIBUTES.errorType, type);
-  if (SQLSTATE.test(type)) span.setAttribute(ATTRIBUTES.sqlState, type);
+  if (isSqlState(type)) span.setAttribute(ATTRIBUTES.sqlState, type);
   span.setStatus({ code: SpanStatusCode.ERROR, message: type });
 }
