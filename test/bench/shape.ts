@@ -15,7 +15,16 @@
  *   (a duplicate must never run the handler): the whole keyed shape.
  *
  * Each scenario's PostgreSQL CPU per transaction less the one before is
- * what that piece costs (docs/performance.md).
+ * what that piece costs (docs/performance.md). Beside them, not one piece
+ * more but another shape of the same guarantees:
+ *
+ * - `shape_advisory`: the key's turn taken by a transaction-level advisory
+ *   lock on a hash of the principal and key, with a read of the key's row
+ *   and the savepoint, in the first write; the transfer once they are
+ *   answered; the key's row inserted completed with the COMMIT. A
+ *   duplicate waits on the lock as it waits on the row today, and meets
+ *   the committed row when it gets the lock; no row in progress, so no
+ *   completion UPDATE.
  */
 import { createHash } from 'node:crypto';
 import { newId } from '../../kernel/ids/index.js';
@@ -23,8 +32,8 @@ import type { Sql } from '../../platform/pg/client.js';
 import { driveCalls } from './ceiling.js';
 import type { LoadFigures } from './load.js';
 
-/** The pieces, each scenario holding every piece before it. */
-export const SHAPES = ['unkeyed', 'row', 'update', 'savepoint', 'round_trip'] as const;
+/** The pieces, each scenario holding every piece before it; then `advisory`, another shape. */
+export const SHAPES = ['unkeyed', 'row', 'update', 'savepoint', 'round_trip', 'advisory'] as const;
 /** One of {@link SHAPES}. */
 export type Shape = (typeof SHAPES)[number];
 
@@ -62,6 +71,14 @@ async function call(o: ShapeOptions): Promise<void> {
   const p = o.principalId;
   const inProgress = o.shape === 'update' || o.shape === 'savepoint' || o.shape === 'round_trip';
   const tx = await o.sql.reserve();
+  // The key row written once, completed: the `row` shape with the transfer,
+  // the `advisory` shape with the COMMIT.
+  const completedRow = (): Promise<unknown> =>
+    tx`insert into idempotency_keys
+              (principal_id, key, action, request_sha256, state, response_status,
+               response_body, resource_id, created_at, expires_at)
+       values (${p}, ${key}, 'createTransfer', ${sha256}, 'completed', 201,
+               (${answer}::text)::jsonb, ${id}, ${at}, ${expires})`.execute();
   try {
     const first: Promise<unknown>[] = [tx`begin isolation level read committed`.execute()];
     if (inProgress) {
@@ -74,7 +91,14 @@ async function call(o: ShapeOptions): Promise<void> {
       );
       if (o.shape !== 'update') first.push(tx`savepoint s1`.execute());
     }
-    if (o.shape === 'round_trip') {
+    if (o.shape === 'advisory') {
+      first.push(
+        tx`select pg_advisory_xact_lock(hashtextextended(${p}::text || ${key}::text, 0))`.execute(),
+        tx`select state from idempotency_keys where principal_id = ${p} and key = ${key}`.execute(),
+        tx`savepoint s1`.execute(),
+      );
+    }
+    if (o.shape === 'round_trip' || o.shape === 'advisory') {
       await Promise.all(first);
       first.length = 0;
     }
@@ -101,15 +125,7 @@ async function call(o: ShapeOptions): Promise<void> {
       tx`select set_config('plan_cache_mode', 'force_custom_plan', true),
                 set_config('enable_seqscan', 'on', true)`.execute(),
     );
-    if (o.shape === 'row') {
-      first.push(
-        tx`insert into idempotency_keys
-                  (principal_id, key, action, request_sha256, state, response_status,
-                   response_body, resource_id, created_at, expires_at)
-           values (${p}, ${key}, 'createTransfer', ${sha256}, 'completed', 201,
-                   (${answer}::text)::jsonb, ${id}, ${at}, ${expires})`.execute(),
-      );
-    }
+    if (o.shape === 'row') first.push(completedRow());
     await Promise.all(first);
     const last: Promise<unknown>[] = [];
     if (inProgress) {
@@ -125,6 +141,7 @@ async function call(o: ShapeOptions): Promise<void> {
              from (select count(*)::int as n from done) as c`.execute(),
       );
     }
+    if (o.shape === 'advisory') last.push(completedRow());
     last.push(
       tx`select set_config('statement_timeout', '0', true),
                 set_config('transaction_timeout', '0', true)`.execute(),
