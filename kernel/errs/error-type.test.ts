@@ -42,3 +42,38 @@ void t.test('error.type: the SQLSTATE, else the name, else _OTHER', (t) => {
   }
   t.end();
 });
+
+void t.test(
+  'error.type: a value whose code or name cannot be read is _OTHER, never a throw',
+  (t) => {
+    const throwingCode = Object.defineProperty(new Error('x'), 'code', {
+      get() {
+        throw new Error('the getter');
+      },
+    });
+    const throwingName = Object.defineProperty({}, 'name', {
+      get() {
+        throw new Error('the getter');
+      },
+    });
+    const trap = new Proxy(
+      {},
+      {
+        get() {
+          throw new Error('the trap');
+        },
+      },
+    );
+    const revocable = Proxy.revocable({}, {});
+    revocable.revoke();
+    for (const [label, thrown] of [
+      ['a throwing code getter', throwingCode],
+      ['a throwing name getter', throwingName],
+      ['a Proxy whose trap throws', trap],
+      ['a revoked Proxy', revocable.proxy],
+    ] as const) {
+      t.equal(errorType(thrown), '_OTHER', label);
+    }
+    t.end();
+  },
+);

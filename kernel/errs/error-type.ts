@@ -28,12 +28,19 @@ export function isSqlState(code: unknown): code is string {
  *
  * @param err any thrown value.
  * @returns its `code` when that is a SQLSTATE (a PostgreSQL error, or one
- *   shaped like it), else its non-empty `name`, else `_OTHER`; never empty,
- *   never the message.
+ *   shaped like it), else its non-empty `name`, else `_OTHER` (also when
+ *   reading them throws); never empty, never the message, never throws.
  */
 export function errorType(err: unknown): string {
   if (err === null || (typeof err !== 'object' && typeof err !== 'function')) return '_OTHER';
-  const { code, name } = err as { code?: unknown; name?: unknown };
-  if (isSqlState(code)) return code;
-  return typeof name === 'string' && name !== '' ? name : '_OTHER';
+  try {
+    const { code, name } = err as { code?: unknown; name?: unknown };
+    if (isSqlState(code)) return code;
+    return typeof name === 'string' && name !== '' ? name : '_OTHER';
+  } catch {
+    // A getter that throws, or a Proxy (revoked, or whose trap throws):
+    // the span that records the failure must still end, and the error it
+    // records must be the one thrown, not this one.
+    return '_OTHER';
+  }
 }

@@ -10,7 +10,12 @@ import { SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import { testDatabase } from '../../test/harness/db.js';
 import { recordSpans } from '../../test/harness/tracing.js';
 import { testUnitOfWork } from '../../test/harness/uow.js';
-import { describe, STATEMENT_ATTRIBUTES, STATEMENT_TRACER } from './statement-spans.js';
+import {
+  describe,
+  STATEMENT_ATTRIBUTES,
+  STATEMENT_TRACER,
+  statementSpans,
+} from './statement-spans.js';
 
 const recorder = recordSpans(t);
 
@@ -98,3 +103,39 @@ void t.test('describe names the operation, and the table of a write', (t) => {
   t.same(describe('  '), { operation: 'QUERY', collection: undefined });
   t.end();
 });
+
+void t.test(
+  'a statement that fails with a value whose code cannot be read still ends its span, and rejects nothing unhandled',
+  async (t) => {
+    recorder.reset();
+    const unhandled: unknown[] = [];
+    const listen = (reason: unknown): void => {
+      unhandled.push(reason);
+    };
+    process.on('unhandledRejection', listen);
+    t.teardown(() => process.off('unhandledRejection', listen));
+    const hostile = new Proxy(new Error('hostile'), {
+      get() {
+        throw new Error('the trap');
+      },
+    });
+    const statement = Promise.reject(hostile);
+    statementSpans.sent('select 1', statement);
+    // tap's own assertions would read the Proxy: compared by identity.
+    t.ok(
+      await statement.then(
+        () => false,
+        (err: unknown) => err === hostile,
+      ),
+      'the caller still sees it',
+    );
+    await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setTimeout(r, 20));
+    const spans = recorder.spans().filter((s) => s.instrumentationScope.name === STATEMENT_TRACER);
+    t.same(
+      spans.map((s) => [s.name, s.attributes[STATEMENT_ATTRIBUTES.errorType], s.status.code]),
+      [['SELECT', '_OTHER', SpanStatusCode.ERROR]],
+    );
+    t.same(unhandled, [], 'no unhandled rejection');
+  },
+);

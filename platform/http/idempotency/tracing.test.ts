@@ -322,3 +322,49 @@ void t.test('a span that ends in an error says its type, never its message', asy
   t.equal(errorType({ code: 'P0001' }), 'P0001');
   t.equal(errorType({ code: 'XX000' }), 'XX000');
 });
+
+void t.test(
+  'an error whose code cannot be read ends its span and is the one rethrown',
+  async (t) => {
+    recorder.reset();
+    const hostile = new Proxy(new Error('hostile'), {
+      get() {
+        throw new Error('the trap');
+      },
+    });
+    // tap's own assertions would read the Proxy, and so would resolving a
+    // promise with it (its `then`): the thrown value is caught here, boxed,
+    // and compared by identity.
+    const caught = async (fn: () => unknown): Promise<{ err: unknown }> => {
+      try {
+        await fn();
+      } catch (err) {
+        return { err };
+      }
+      return { err: 'nothing thrown' };
+    };
+    t.ok(
+      (await caught(() => inSpan('async', {}, () => Promise.reject(hostile)))).err === hostile,
+      'the thrown value, not the trap error',
+    );
+    t.ok(
+      (
+        await caught(() =>
+          inSpanSync('sync', {}, () => {
+            throw hostile;
+          }),
+        )
+      ).err === hostile,
+      'the thrown value, not the trap error, from a synchronous span',
+    );
+    startSpan('begun', activeContext())({}, hostile);
+    t.same(
+      recorder.spans().map((s) => [s.name, s.attributes[ATTRIBUTES.errorType], s.status.code]),
+      [
+        ['async', '_OTHER', SpanStatusCode.ERROR],
+        ['sync', '_OTHER', SpanStatusCode.ERROR],
+        ['begun', '_OTHER', SpanStatusCode.ERROR],
+      ],
+    );
+  },
+);
