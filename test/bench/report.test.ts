@@ -277,3 +277,26 @@ void t.test('tracing on against off: throughput ratio and CPU added per request'
   t.match(formatReport(traced), /tracing on \/ off, keyed/, 'in the report');
   t.end();
 });
+
+void t.test('tracing on: the request spans the collector received of the requests sent', (t) => {
+  const run = figures();
+  const traced = { ...run, scenarios: [...run.scenarios, s('traced_unkeyed', 850)] };
+  t.notMatch(formatTracingCost(traced), /received/, 'no line without the counts');
+  const all = formatTracingCost({
+    ...traced,
+    tracing: { sent: 1000, requestSpans: 1000, spans: 9500 },
+  });
+  t.match(
+    all,
+    /\ntracing on: 1000 request spans received of 1000 requests sent, 9\.5 spans per request$/,
+  );
+  const short = formatTracingCost({
+    ...traced,
+    tracing: { sent: 1000, requestSpans: 900, spans: 8550 },
+  });
+  t.match(
+    short,
+    /tracing on: 900 request spans received of 1000 requests sent \(100 short: spans dropped, so the cost above is understated\), 9\.5 spans per request$/,
+  );
+  t.end();
+});

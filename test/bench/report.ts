@@ -85,6 +85,19 @@ export interface BenchFigures {
   };
   /** The command line's wall time and exit. */
   readonly client: ClientFigures;
+  /**
+   * What the traced server's collector received, when the traced
+   * scenarios ran: the requests sent to that server (warm-ups included),
+   * the `request` spans received (one per request, every request sampled)
+   * and all spans received. Fewer request spans than requests means the
+   * SDK dropped spans, and the traced windows did less export work than
+   * tracing costs.
+   */
+  readonly tracing?: {
+    readonly sent: number;
+    readonly requestSpans: number;
+    readonly spans: number;
+  };
 }
 
 /** One target, judged. */
@@ -239,6 +252,13 @@ export function formatTracingCost(figures: BenchFigures): string {
     };
     lines.push(
       `tracing on / off, ${id}: req/s ${fixed(on.rps / off.rps, 2)}, Node.js ${added(on.nodeCpuUs, off.nodeCpuUs)} us/req, PostgreSQL ${added(on.pgCpuUs, off.pgCpuUs)} us/req`,
+    );
+  }
+  const got = figures.tracing;
+  if (lines.length > 0 && got !== undefined) {
+    const short = got.sent - got.requestSpans;
+    lines.push(
+      `tracing on: ${String(got.requestSpans)} request spans received of ${String(got.sent)} requests sent${short > 0 ? ` (${String(short)} short: spans dropped, so the cost above is understated)` : ''}, ${fixed(got.spans / Math.max(1, got.requestSpans), 1)} spans per request`,
     );
   }
   return lines.join('\n');

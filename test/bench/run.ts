@@ -638,6 +638,7 @@ async function main(): Promise<void> {
     // included) against the request spans the collector received say
     // whether the SDK dropped any.
     let traced: { server: Server; sink: Server; sent: number } | undefined;
+    let delivered: BenchFigures['tracing'];
     if (wanted('traced_unkeyed') || wanted('traced_keyed')) {
       const sink = await startServer('dist-bench/test/bench/otlp-sink.js', [], {});
       servers.push(sink);
@@ -710,10 +711,16 @@ async function main(): Promise<void> {
         posts: number;
         spans: number;
         requestSpans: number;
+        refused: number;
       };
       log(
-        `tracing on: ${String(traced.sent)} requests sent, ${String(received.requestSpans)} request spans received (${String(received.spans)} spans in ${String(received.posts)} posts, ${(received.spans / Math.max(1, received.requestSpans)).toFixed(1)} per request)`,
+        `tracing on: ${String(traced.sent)} requests sent, ${String(received.requestSpans)} request spans received (${String(received.spans)} spans in ${String(received.posts)} posts, ${(received.spans / Math.max(1, received.requestSpans)).toFixed(1)} per request, ${String(received.refused)} posts refused)`,
       );
+      delivered = {
+        sent: traced.sent,
+        requestSpans: received.requestSpans,
+        spans: received.spans,
+      };
     }
 
     /** A scenario of its own after the rounds: a warm-up, then its windows. */
@@ -897,6 +904,7 @@ async function main(): Promise<void> {
         underLoadRowsPerSecond: underLoad.deleted / Math.max(underLoad.seconds, 1e-9),
       },
       client,
+      ...(delivered === undefined ? {} : { tracing: delivered }),
     };
     const machine = {
       cpus: os.cpus().length,
