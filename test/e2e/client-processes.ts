@@ -34,9 +34,16 @@ export interface ClientProcess {
  *
  * @param args command line.
  * @param env `CLIENT_*` variables.
+ * @param t the test that owns the process: its teardown kills it, so a
+ *   test that fails before the process ends leaves none behind (a kill
+ *   after the exit does nothing). `runClient` waits for the exit itself.
  * @returns the process.
  */
-export function startClient(args: readonly string[], env: Record<string, string>): ClientProcess {
+export function startClient(
+  args: readonly string[],
+  env: Record<string, string>,
+  t?: Test,
+): ClientProcess {
   const child = spawn(
     process.execPath,
     ['--import', 'tsx', path.join(root, 'apps/client/main.ts'), ...args],
@@ -77,6 +84,9 @@ export function startClient(args: readonly string[], env: Record<string, string>
         }
       }
     }
+  });
+  t?.teardown(() => {
+    child.kill('SIGKILL');
   });
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.on('exit', (code, signal) => {

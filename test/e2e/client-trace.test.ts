@@ -76,12 +76,8 @@ void t.test("a client retry after a cut-off attempt joins the first attempt's tr
   const first = startClient(
     ['transfer', '--from', from, '--to', to, '--amount', '250', '--json', '--wait', '60s'],
     { ...env, CLIENT_BASE_URL: proxy.base },
+    t,
   );
-  // Should the proxy never hold an answer, the process must not outlive
-  // the test (a kill after its exit does nothing).
-  t.teardown(() => {
-    first.child.kill('SIGKILL');
-  });
   const held = await proxy.held();
   t.equal(held.status, 201, 'the first attempt committed');
   first.child.kill('SIGKILL');

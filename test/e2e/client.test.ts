@@ -152,6 +152,7 @@ void t.test('the outbox end to end', async (t) => {
     const client = startClient(
       ['transfer', '--from', a, '--to', b, '--amount', String(AMOUNT), '--json', '--wait', '60s'],
       { ...env, CLIENT_BASE_URL: proxy.base },
+      t,
     );
     const held = await proxy.held();
     const transfersAtKill = (await ledger(w.db, a, b)).transfers.length;
@@ -219,6 +220,7 @@ void t.test('the outbox end to end', async (t) => {
       const client = startClient(
         ['transfer', '--from', a, '--to', b, '--amount', String(AMOUNT), '--json'],
         { ...env, CLIENT_BASE_URL: proxy.base },
+        t,
       );
       const held = await proxy.held();
       client.child.kill('SIGKILL');
@@ -319,6 +321,7 @@ void t.test('the outbox end to end', async (t) => {
         '500ms',
       ],
       env,
+      t,
     );
     await second.waitForEvent((e) => e['event'] === 'retry');
     t.equal((await ledger(w.db, a, b)).transfers.length, 0, 'nothing delivered while down');
@@ -388,6 +391,7 @@ void t.test('the outbox end to end', async (t) => {
         CLIENT_TOKEN: w.token,
         CLIENT_BASE_URL: hasty.base,
       },
+      t,
     );
     const retry = await client.waitForEvent((e) => e['event'] === 'retry');
     t.equal(retry['error'], '409 request_in_progress');
