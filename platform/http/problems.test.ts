@@ -71,7 +71,15 @@ void t.test('Fastify body errors map to their problems', (t) => {
 });
 
 void t.test('retryable and timeout SQLSTATEs become 503 with Retry-After', (t) => {
-  for (const code of ['40001', '40P01', '55P03', '57014', '25P04', 'RESULT_INCOMPLETE']) {
+  for (const code of [
+    '40001',
+    '40P01',
+    '55P03',
+    '57014',
+    '25P04',
+    'RESULT_INCOMPLETE',
+    'RESULT_UNANSWERED',
+  ]) {
     const e = toAppError(Object.assign(new Error('pg'), { code }));
     t.equal(e.code, 'service_unavailable', code);
     t.equal(e.retryAfterSeconds, 1, code);

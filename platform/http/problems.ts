@@ -31,6 +31,7 @@ const UNAVAILABLE_CODES: ReadonlySet<string> = new Set([
   '57P03', // cannot_connect_now
   '53300', // too_many_connections
   'RESULT_INCOMPLETE', // the driver's state was stale after a lost connection (platform/pg)
+  'RESULT_UNANSWERED', // the driver settled a statement sent as its connection was lost (platform/pg)
   'CONNECTION_CLOSED',
   'CONNECTION_ENDED',
   'CONNECTION_DESTROYED',

@@ -40,6 +40,13 @@ export interface SqlOptions {
    * the timeouts (docs/adr/0003-own-transactions.md).
    */
   readonly session?: SessionTimeouts;
+  /**
+   * Makes each connection's socket, already connecting to a single host
+   * (postgres.js's `socket` option); by default the driver makes its own
+   * and picks among the URL's hosts. For tests that reset a connection at
+   * a chosen moment (test/harness/reset-window.ts).
+   */
+  readonly socket?: () => import('node:net').Socket;
 }
 
 /** Timeouts every session starts with, in milliseconds (0 disables one). */
@@ -116,6 +123,7 @@ export function createSql(url: string, options: SqlOptions): Sql {
     // Our timestamps are passed in from the kernel clock as Date values;
     // bigint counts come back as strings and are converted where read.
     types: {},
+    ...(options.socket === undefined ? {} : { socket: options.socket }),
   });
   closeListeners.set(sql, listeners);
   if (options.session !== undefined) sessionDefaults.set(sql, options.session);

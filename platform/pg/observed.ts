@@ -30,16 +30,44 @@ export class IncompleteResultError extends Error {
 }
 
 /**
+ * Thrown instead of a result that no CommandComplete answered. postgres.js
+ * 3.4.9 keeps a statement made on a connection after its socket's error
+ * (ECONNRESET) and before its close as the connection's current query, and
+ * settles it with the next session's start-up answer: an empty result,
+ * read as "no rows" (a wrong 401 for a valid token, a wrong 404). Every
+ * statement we send is answered by a CommandComplete, which sets the
+ * result's `command`; a result whose `command` is still null was never
+ * answered. The caller gets a 503 to retry instead.
+ */
+export class UnansweredResultError extends Error {
+  override readonly name = 'UnansweredResultError';
+  /** Maps to 503, like a lost connection: the client may try again. */
+  readonly code = 'RESULT_UNANSWERED';
+  constructor() {
+    super(
+      'the database driver settled a statement that PostgreSQL never answered: its connection was lost as it was sent',
+    );
+  }
+}
+
+/**
  * Refuses a result with more rows than PostgreSQL counted (see
- * {@link IncompleteResultError}); a statement that returns no rows (an
+ * {@link IncompleteResultError}), or one PostgreSQL never answered (see
+ * {@link UnansweredResultError}); a statement that returns no rows (an
  * UPDATE without RETURNING) has fewer, which is fine.
  *
  * @param value a query's result.
  * @returns the same value.
  * @throws IncompleteResultError for a result with holes.
+ * @throws UnansweredResultError for a driver's result that PostgreSQL never
+ *   answered (its `command` null; a plain array, the list of several
+ *   statements' results, has none and passes).
  */
 export function checkedResult<V>(value: V): V {
   if (Array.isArray(value)) {
+    if (Object.hasOwn(value, 'command') && (value as { command?: unknown }).command === null) {
+      throw new UnansweredResultError();
+    }
     const count = (value as { count?: unknown }).count;
     if (typeof count === 'number' && value.length > count) {
       throw new IncompleteResultError(value.length, count);

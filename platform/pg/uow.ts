@@ -30,7 +30,7 @@ import {
   type Settled,
 } from './transaction.js';
 
-export { checkedResult, IncompleteResultError } from './observed.js';
+export { checkedResult, IncompleteResultError, UnansweredResultError } from './observed.js';
 export { PgDatabase } from './database-handle.js';
 export { ConnectionStalledError, TransactionEndedError } from './transaction.js';
 

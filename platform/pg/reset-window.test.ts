@@ -1,0 +1,144 @@
+/**
+ * A statement made on a connection in the window a TCP reset opens (the
+ * driver has heard ECONNRESET, not yet the socket's close). postgres.js
+ * 3.4.9 keeps such a statement as its connection's current query, and the
+ * next session's start-up answer resolves it with an empty result: "no
+ * rows", which the caller would read as a bad token (401) or a missing row
+ * (404). Through PgDatabase it must fail as a lost connection instead.
+ */
+import t from 'tap';
+import { testDatabase } from '../../test/harness/db.js';
+import { resettablePool } from '../../test/harness/reset-window.js';
+import { checkedResult, PgDatabase, PgUnitOfWork, UnansweredResultError } from './uow.js';
+
+const timeouts = { lockTimeoutMs: 5000, statementTimeoutMs: 30000, transactionTimeoutMs: 60000 };
+
+/** How a promise settled within the given time, without throwing. */
+async function within(p: PromiseLike<unknown>, ms: number): Promise<string> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<string>((resolve) => {
+    timer = setTimeout(() => {
+      resolve('pending');
+    }, ms);
+  });
+  const settled = Promise.resolve(p).then(
+    (v) => `resolved ${JSON.stringify(v)}`,
+    (err: unknown) => `rejected ${String((err as { code?: unknown }).code)}`,
+  );
+  const outcome = await Promise.race([settled, timeout]);
+  clearTimeout(timer);
+  return outcome;
+}
+
+void t.test(
+  "postgres.js answers a statement made between a reset and the close with an empty result: the driver's own behaviour, kept as the reproduction",
+  async (t) => {
+    const tdb = await testDatabase(t);
+    const { sql, reset } = resettablePool(t, tdb.appUrl);
+    await sql`select 1`;
+    let made: PromiseLike<unknown> | undefined;
+    await reset(() => {
+      made = sql`select 'mine' as tag`.execute();
+    });
+    // The next statement reconnects the connection; its start-up answer
+    // settles the one made in the window.
+    t.equal(await within(sql`select 'next' as tag`, 3000), 'resolved [{"tag":"next"}]');
+    const result = (await made) as unknown[] & { command?: unknown };
+    t.same([...result], [], 'no rows, though the statement returns one (postgres.js 3.4.9)');
+    t.equal(result.command, null, 'and no CommandComplete answered it');
+  },
+);
+
+void t.test(
+  'a pool statement made between a reset and the close fails as unanswered, and the pool goes on',
+  async (t) => {
+    const tdb = await testDatabase(t);
+    const { sql, reset } = resettablePool(t, tdb.appUrl);
+    const db = new PgDatabase(sql);
+    await db.sql()`select 1`;
+    let made: PromiseLike<unknown> | undefined;
+    await reset(() => {
+      // Awaited in the window, as an `await` in a request's code would be.
+      made = Promise.resolve(db.sql()`select 'mine' as tag`);
+    });
+    const next = within(db.sql()`select 'next' as tag`, 3000);
+    t.equal(await within(made!, 3000), 'rejected RESULT_UNANSWERED', 'never "no rows"');
+    t.equal(await next, 'resolved [{"tag":"next"}]', 'the next statement has its own answer');
+  },
+);
+
+void t.test(
+  'a statement of a unit of work made between a reset and the close never reads as "no rows"',
+  async (t) => {
+    const tdb = await testDatabase(t);
+    const { sql, reset } = resettablePool(t, tdb.appUrl);
+    const db = new PgDatabase(sql);
+    const uow = new PgUnitOfWork(db, { ...timeouts, retryMax: 0, backoffBaseMs: 1 });
+    const run = uow.run(async () => {
+      await db.sql()`select 1`;
+      let made: PromiseLike<unknown> | undefined;
+      await reset(() => {
+        // Awaited in the window, as an `await` in a request's code would be.
+        made = Promise.resolve(db.sql()`select 'mine' as tag`);
+      });
+      return await made;
+    });
+    const outcome = await within(run, 10_000);
+    t.match(outcome, /^rejected /, `the run failed (${outcome})`);
+    t.equal(await within(db.sql()`select 'next' as tag`, 3000), 'resolved [{"tag":"next"}]');
+  },
+);
+
+void t.test('a result no CommandComplete answered is refused, never read', (t) => {
+  const unanswered = Object.defineProperty([], 'command', { value: null });
+  t.throws(() => checkedResult(unanswered), UnansweredResultError);
+  t.throws(() => checkedResult(unanswered), { code: 'RESULT_UNANSWERED' });
+  const none = Object.defineProperty([], 'command', { value: 'SELECT' });
+  t.equal(checkedResult(none), none, 'a SELECT of no rows is an answer');
+  // The list of results of several statements sent as one text is a
+  // plain array; each of its results carries its own command.
+  const several = [Object.defineProperty([], 'command', { value: 'UPDATE' })];
+  t.equal(checkedResult(several), several);
+  t.end();
+});
+
+void t.test(
+  'a pool statement queued on a busy connection between a reset and the close ends in its bound, and so does the next unit of work',
+  async (t) => {
+    const tdb = await testDatabase(t);
+    const { sql, reset } = resettablePool(t, tdb.appUrl, 2);
+    const db = new PgDatabase(sql, { statementDeadlineMs: 2000 });
+    const uow = new PgUnitOfWork(db, {
+      ...timeouts,
+      transactionTimeoutMs: 2000,
+      retryMax: 0,
+      backoffBaseMs: 1,
+    });
+    await Promise.all([db.sql()`select 1`, db.sql()`select 1`]);
+    // Both connections busy, so statements made now are queued behind them.
+    const busy = [
+      within(db.sql()`select pg_sleep(0.5)`, 3000),
+      within(db.sql()`select pg_sleep(0.5)`, 3000),
+    ];
+    await new Promise((r) => setTimeout(r, 100));
+    const made: Promise<string>[] = [];
+    await reset(() => {
+      // One lands on each busy connection: postgres.js keeps the one on the
+      // reset connection in its list of statements sent, across the reconnect.
+      made.push(within(db.sql()`select 'first' as tag`, 10_000));
+      made.push(within(db.sql()`select 'second' as tag`, 10_000));
+    }, 0);
+    t.same(
+      (await Promise.all(busy)).sort(),
+      ['rejected ECONNRESET', 'resolved [{"pg_sleep":""}]'],
+      'the statement on the reset connection hears the reset, the other is answered',
+    );
+    const queued = await Promise.all(made);
+    t.notOk(queued.includes('pending'), `the queued statements ended (${queued.join(', ')})`);
+    const run = await within(
+      uow.run(async () => (await db.sql()`select 'in the run' as tag`)[0]),
+      8000,
+    );
+    t.not(run, 'pending', `the next unit of work ended in its bound (${run})`);
+  },
+);
