@@ -74,18 +74,24 @@ void t.test(
     const { sql, reset } = resettablePool(t, tdb.appUrl);
     const db = new PgDatabase(sql);
     const uow = new PgUnitOfWork(db, { ...timeouts, retryMax: 0, backoffBaseMs: 1 });
+    let made: Promise<string> | undefined;
     const run = uow.run(async () => {
       await db.sql()`select 1`;
-      let made: PromiseLike<unknown> | undefined;
       await reset(() => {
-        // Awaited in the window, as an `await` in a request's code would be.
-        made = Promise.resolve(db.sql()`select 'mine' as tag`);
+        made = within(db.sql()`select 'mine' as tag`, 10_000);
       });
       return await made;
     });
-    const outcome = await within(run, 10_000);
-    t.match(outcome, /^rejected /, `the run failed (${outcome})`);
+    // The run ends at the close; the statement kept in the window is
+    // settled only by the next session's start-up, which the next
+    // statement opens.
+    t.equal(await within(run, 10_000), 'rejected CONNECTION_CLOSED', 'the run ends at the close');
     t.equal(await within(db.sql()`select 'next' as tag`, 3000), 'resolved [{"tag":"next"}]');
+    t.equal(
+      await made,
+      'rejected RESULT_UNANSWERED',
+      'the kept statement never reads as "no rows"',
+    );
   },
 );
 
@@ -107,7 +113,7 @@ void t.test(
   async (t) => {
     const tdb = await testDatabase(t);
     const { sql, reset } = resettablePool(t, tdb.appUrl, 2);
-    const db = new PgDatabase(sql, { statementDeadlineMs: 2000 });
+    const db = new PgDatabase(sql, { statementDeadlineMs: 3000 });
     const uow = new PgUnitOfWork(db, {
       ...timeouts,
       transactionTimeoutMs: 2000,
@@ -117,10 +123,10 @@ void t.test(
     await Promise.all([db.sql()`select 1`, db.sql()`select 1`]);
     // Both connections busy, so statements made now are queued behind them.
     const busy = [
-      within(db.sql()`select pg_sleep(0.5)`, 3000),
-      within(db.sql()`select pg_sleep(0.5)`, 3000),
+      within(db.sql()`select pg_sleep(1.5)`, 5000),
+      within(db.sql()`select pg_sleep(1.5)`, 5000),
     ];
-    await new Promise((r) => setTimeout(r, 100));
+    await new Promise((r) => setTimeout(r, 200));
     const made: Promise<string>[] = [];
     await reset(() => {
       // One lands on each busy connection: postgres.js keeps the one on the
@@ -133,6 +139,7 @@ void t.test(
       ['rejected ECONNRESET', 'resolved [{"pg_sleep":""}]'],
       'the statement on the reset connection hears the reset, the other is answered',
     );
+    t.equal(made.length, 2, 'two statements were made in the window');
     const queued = await Promise.all(made);
     t.notOk(queued.includes('pending'), `the queued statements ended (${queued.join(', ')})`);
     const run = await within(
@@ -142,3 +149,20 @@ void t.test(
     t.not(run, 'pending', `the next unit of work ended in its bound (${run})`);
   },
 );
+
+void t.test('the harness refuses a closed socket and rethrows what the window threw', async (t) => {
+  const tdb = await testDatabase(t);
+  const { sql, reset } = resettablePool(t, tdb.appUrl);
+  await sql`select 1`;
+  await t.rejects(
+    reset(() => {
+      throw new Error('thrown in the window');
+    }),
+    { message: 'thrown in the window' },
+  );
+  // The socket it reset is closed: a second reset would wait forever.
+  await t.rejects(
+    reset(() => undefined, 0),
+    { message: 'socket 0 is closed already' },
+  );
+});

@@ -2,9 +2,12 @@
  * A postgres.js pool whose sockets a test can reset, with a hook that runs
  * in the window a reset opens: after the socket's `error` (ECONNRESET) has
  * reached the driver and before its `close` has. Node.js emits the close
- * only once the handle is closed, at least one turn of the event loop
- * later, so an application makes statements in that window whenever a
- * request or a timer runs in between; the hook makes one there on purpose.
+ * only once the handle is closed, in the close phase of the event loop, so
+ * whatever runs between (the rest of the poll phase, where other sockets'
+ * data is read and requests are served, `setImmediate` callbacks, the
+ * microtasks of each) may make statements in that window; the hook makes
+ * one there on purpose. Sockets are counted in the order the pool opens
+ * them (a cancel request of the driver would open one too).
  */
 import net from 'node:net';
 import type { Test } from 'tap';
@@ -53,11 +56,22 @@ export function resettablePool(t: Test, url: string, max = 1): ResettablePool {
     reset: async (inWindow, index = sockets.length - 1) => {
       const socket = sockets[index];
       if (socket === undefined) throw new Error('the pool has not connected yet');
-      // Registered after the driver's own listener, so it runs right after it.
-      socket.once('error', inWindow);
+      // A destroyed socket would never close again: the wait below would hang.
+      if (socket.destroyed) throw new Error(`socket ${String(index)} is closed already`);
+      let thrown: Error | undefined;
+      // Registered after the driver's own listener, so it runs right after
+      // it; what it throws is rethrown below, not out of the emit.
+      socket.once('error', () => {
+        try {
+          inWindow();
+        } catch (err) {
+          thrown = err instanceof Error ? err : new Error(String(err));
+        }
+      });
       const closed = new Promise((resolve) => socket.once('close', resolve));
       socket.destroy(Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }));
       await closed;
+      if (thrown !== undefined) throw thrown;
     },
   };
 }
