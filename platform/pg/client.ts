@@ -3,6 +3,7 @@
  * of this application needs, and the server version check.
  */
 import postgres from 'postgres';
+import { poolSockets } from './socket.js';
 
 /** The postgres.js client type every adapter is typed against. */
 export type Sql = postgres.Sql;
@@ -41,10 +42,10 @@ export interface SqlOptions {
    */
   readonly session?: SessionTimeouts;
   /**
-   * Makes each connection's socket, already connecting to a single host
-   * (postgres.js's `socket` option); by default the driver makes its own
-   * and picks among the URL's hosts. For tests that reset a connection at
-   * a chosen moment (test/harness/reset-window.ts).
+   * Makes each connection's socket, already connecting to a single host,
+   * in place of {@link poolSockets}'s own (its error is still held back to
+   * its close). For tests that reset a connection at a chosen moment
+   * (test/harness/reset-window.ts).
    */
   readonly socket?: () => import('node:net').Socket;
 }
@@ -123,7 +124,9 @@ export function createSql(url: string, options: SqlOptions): Sql {
     // Our timestamps are passed in from the kernel clock as Date values;
     // bigint counts come back as strings and are converted where read.
     types: {},
-    ...(options.socket === undefined ? {} : { socket: options.socket }),
+    // A socket's error reaches the driver with its close, so no statement
+    // is routed to a connection between the two (platform/pg/socket.ts).
+    ...{ socket: poolSockets(options.socket) },
   });
   closeListeners.set(sql, listeners);
   if (options.session !== undefined) sessionDefaults.set(sql, options.session);

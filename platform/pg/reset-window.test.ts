@@ -34,7 +34,7 @@ void t.test(
   "postgres.js answers a statement made between a reset and the close with an empty result: the driver's own behaviour, kept as the reproduction",
   async (t) => {
     const tdb = await testDatabase(t);
-    const { sql, reset } = resettablePool(t, tdb.appUrl);
+    const { sql, reset } = resettablePool(t, tdb.appUrl, 1, { bare: true });
     await sql`select 1`;
     let made: PromiseLike<unknown> | undefined;
     await reset(() => {
@@ -50,7 +50,7 @@ void t.test(
 );
 
 void t.test(
-  'a pool statement made between a reset and the close fails as unanswered, and the pool goes on',
+  'a pool statement made between a reset and the close hears the reset, and the pool goes on',
   async (t) => {
     const tdb = await testDatabase(t);
     const { sql, reset } = resettablePool(t, tdb.appUrl);
@@ -61,39 +61,57 @@ void t.test(
       // Awaited in the window, as an `await` in a request's code would be.
       made = Promise.resolve(db.sql()`select 'mine' as tag`);
     });
+    t.equal(await within(made!, 3000), 'rejected ECONNRESET', 'a lost connection, never "no rows"');
+    t.equal(await within(db.sql()`select 'next' as tag`, 3000), 'resolved [{"tag":"next"}]');
+  },
+);
+
+void t.test(
+  'where the driver hears the reset before the close (its own sockets, a pool over TLS), a pool statement made between them fails as unanswered',
+  async (t) => {
+    const tdb = await testDatabase(t);
+    const { sql, reset } = resettablePool(t, tdb.appUrl, 1, { bare: true });
+    const db = new PgDatabase(sql);
+    await db.sql()`select 1`;
+    let made: PromiseLike<unknown> | undefined;
+    await reset(() => {
+      made = Promise.resolve(db.sql()`select 'mine' as tag`);
+    });
     const next = within(db.sql()`select 'next' as tag`, 3000);
     t.equal(await within(made!, 3000), 'rejected RESULT_UNANSWERED', 'never "no rows"');
     t.equal(await next, 'resolved [{"tag":"next"}]', 'the next statement has its own answer');
   },
 );
 
-void t.test(
-  'a statement of a unit of work made between a reset and the close never reads as "no rows"',
-  async (t) => {
-    const tdb = await testDatabase(t);
-    const { sql, reset } = resettablePool(t, tdb.appUrl);
-    const db = new PgDatabase(sql);
-    const uow = new PgUnitOfWork(db, { ...timeouts, retryMax: 0, backoffBaseMs: 1 });
-    let made: Promise<string> | undefined;
-    const run = uow.run(async () => {
-      await db.sql()`select 1`;
-      await reset(() => {
-        made = within(db.sql()`select 'mine' as tag`, 10_000);
+for (const bare of [false, true]) {
+  void t.test(
+    `a statement of a unit of work made between a reset and the close never reads as "no rows" (${bare ? "the driver's own sockets" : 'our pool'})`,
+    async (t) => {
+      const tdb = await testDatabase(t);
+      const { sql, reset } = resettablePool(t, tdb.appUrl, 1, { bare });
+      const db = new PgDatabase(sql);
+      const uow = new PgUnitOfWork(db, { ...timeouts, retryMax: 0, backoffBaseMs: 1 });
+      let made: Promise<string> | undefined;
+      const run = uow.run(async () => {
+        await db.sql()`select 1`;
+        await reset(() => {
+          made = within(db.sql()`select 'mine' as tag`, 10_000);
+        });
+        return await made;
       });
-      return await made;
-    });
-    // The run ends at the close; the statement kept in the window is
-    // settled only by the next session's start-up, which the next
-    // statement opens.
-    t.equal(await within(run, 10_000), 'rejected CONNECTION_CLOSED', 'the run ends at the close');
-    t.equal(await within(db.sql()`select 'next' as tag`, 3000), 'resolved [{"tag":"next"}]');
-    t.equal(
-      await made,
-      'rejected RESULT_UNANSWERED',
-      'the kept statement never reads as "no rows"',
-    );
-  },
-);
+      // The run ends at the close. Where the driver kept the statement
+      // made in the window, only the next session's start-up settles it,
+      // and the next statement opens that session.
+      t.equal(await within(run, 10_000), 'rejected CONNECTION_CLOSED', 'the run ends at the close');
+      t.equal(await within(db.sql()`select 'next' as tag`, 3000), 'resolved [{"tag":"next"}]');
+      t.equal(
+        await made,
+        bare ? 'rejected RESULT_UNANSWERED' : 'rejected ECONNRESET',
+        'the statement never reads as "no rows"',
+      );
+    },
+  );
+}
 
 void t.test('a result no CommandComplete answered is refused, never read', (t) => {
   const unanswered = Object.defineProperty([], 'command', { value: null });
@@ -108,45 +126,79 @@ void t.test('a result no CommandComplete answered is refused, never read', (t) =
   t.end();
 });
 
+for (const bare of [false, true]) {
+  void t.test(
+    `a pool statement queued on a busy connection between a reset and the close ends in its bound, and so does the next unit of work (${bare ? "the driver's own sockets" : 'our pool'})`,
+    async (t) => {
+      const tdb = await testDatabase(t);
+      const { sql, reset } = resettablePool(t, tdb.appUrl, 2, { bare });
+      const db = new PgDatabase(sql, { statementDeadlineMs: 3000 });
+      const uow = new PgUnitOfWork(db, {
+        ...timeouts,
+        transactionTimeoutMs: 2000,
+        retryMax: 0,
+        backoffBaseMs: 1,
+      });
+      await Promise.all([db.sql()`select 1`, db.sql()`select 1`]);
+      // Both connections busy, so statements made now are queued behind them.
+      const busy = [
+        within(db.sql()`select pg_sleep(1.5)`, 5000),
+        within(db.sql()`select pg_sleep(1.5)`, 5000),
+      ];
+      await new Promise((r) => setTimeout(r, 200));
+      const made: Promise<string>[] = [];
+      await reset(() => {
+        // One lands on each busy connection: postgres.js keeps the one on the
+        // reset connection in its list of statements sent, across the reconnect.
+        made.push(within(db.sql()`select 'first' as tag`, 10_000));
+        made.push(within(db.sql()`select 'second' as tag`, 10_000));
+      }, 0);
+      t.same(
+        (await Promise.all(busy)).sort(),
+        ['rejected ECONNRESET', 'resolved [{"pg_sleep":""}]'],
+        'the statement on the reset connection hears the reset, the other is answered',
+      );
+      t.equal(made.length, 2, 'two statements were made in the window');
+      const queued = await Promise.all(made);
+      t.notOk(queued.includes('pending'), `the queued statements ended (${queued.join(', ')})`);
+      if (!bare) {
+        // Held back to the close, the reset reaches the one on the reset
+        // connection: no statement is kept, and none waits for its deadline.
+        t.same(
+          queued.map((q) => q.replace(/"(first|second)"/, '"..."')).sort(),
+          ['rejected ECONNRESET', 'resolved [{"tag":"..."}]'],
+          'the one on the reset connection hears the reset, the other is answered',
+        );
+      }
+      const run = await within(
+        uow.run(async () => (await db.sql()`select 'in the run' as tag`)[0]),
+        8000,
+      );
+      if (bare) t.not(run, 'pending', `the next unit of work ended in its bound (${run})`);
+      else t.equal(run, 'resolved {"tag":"in the run"}', 'the next unit of work is answered');
+    },
+  );
+}
+
 void t.test(
-  'a pool statement queued on a busy connection between a reset and the close ends in its bound, and so does the next unit of work',
+  'a connection reset while busy serves again: what was made before the close hears the reset, and the reconnected connection answers every statement after',
   async (t) => {
     const tdb = await testDatabase(t);
-    const { sql, reset } = resettablePool(t, tdb.appUrl, 2);
-    const db = new PgDatabase(sql, { statementDeadlineMs: 3000 });
-    const uow = new PgUnitOfWork(db, {
-      ...timeouts,
-      transactionTimeoutMs: 2000,
-      retryMax: 0,
-      backoffBaseMs: 1,
-    });
-    await Promise.all([db.sql()`select 1`, db.sql()`select 1`]);
-    // Both connections busy, so statements made now are queued behind them.
-    const busy = [
-      within(db.sql()`select pg_sleep(1.5)`, 5000),
-      within(db.sql()`select pg_sleep(1.5)`, 5000),
-    ];
+    const { sql, reset } = resettablePool(t, tdb.appUrl);
+    await sql`select 1`;
+    const busy = within(sql`select pg_sleep(1.5)`, 5000);
     await new Promise((r) => setTimeout(r, 200));
-    const made: Promise<string>[] = [];
+    let made: Promise<string> | undefined;
     await reset(() => {
-      // One lands on each busy connection: postgres.js keeps the one on the
-      // reset connection in its list of statements sent, across the reconnect.
-      made.push(within(db.sql()`select 'first' as tag`, 10_000));
-      made.push(within(db.sql()`select 'second' as tag`, 10_000));
-    }, 0);
-    t.same(
-      (await Promise.all(busy)).sort(),
-      ['rejected ECONNRESET', 'resolved [{"pg_sleep":""}]'],
-      'the statement on the reset connection hears the reset, the other is answered',
-    );
-    t.equal(made.length, 2, 'two statements were made in the window');
-    const queued = await Promise.all(made);
-    t.notOk(queued.includes('pending'), `the queued statements ended (${queued.join(', ')})`);
-    const run = await within(
-      uow.run(async () => (await db.sql()`select 'in the run' as tag`)[0]),
-      8000,
-    );
-    t.not(run, 'pending', `the next unit of work ended in its bound (${run})`);
+      made = within(sql`select 'kept' as tag`, 4000);
+    });
+    t.equal(await busy, 'rejected ECONNRESET', 'the statement in flight hears the reset');
+    t.equal(await made, 'rejected ECONNRESET', 'and so does the one made before the close');
+    // The next statement reconnects the connection; a statement the driver
+    // kept would become its current query after it, and nothing after
+    // would ever be answered.
+    t.equal(await within(sql`select 'next' as tag`, 3000), 'resolved [{"tag":"next"}]');
+    t.equal(await within(sql`select 'again' as tag`, 3000), 'resolved [{"tag":"again"}]');
   },
 );
 

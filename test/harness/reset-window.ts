@@ -10,6 +10,7 @@
  * them (a cancel request of the driver would open one too).
  */
 import net from 'node:net';
+import postgres from 'postgres';
 import type { Test } from 'tap';
 import { createSql, type Sql } from '../../platform/pg/client.js';
 
@@ -36,20 +37,29 @@ export interface ResettablePool {
  * @param t the test; its teardown ends the pool.
  * @param url a single-host PostgreSQL URL.
  * @param max the pool's size; default 1.
+ * @param options `bare`: a pool of postgres.js itself, which hears a
+ *   socket's error before its close (the driver's own behaviour, and what
+ *   a pool over TLS still has, platform/pg/socket.ts); by default a pool
+ *   of createSql.
  * @returns the pool and its reset.
  */
-export function resettablePool(t: Test, url: string, max = 1): ResettablePool {
+export function resettablePool(
+  t: Test,
+  url: string,
+  max = 1,
+  options: { readonly bare?: boolean } = {},
+): ResettablePool {
   const target = new URL(url);
   const sockets: net.Socket[] = [];
-  const sql = createSql(url, {
-    max,
-    applicationName: 'reset-window',
-    socket: () => {
-      const socket = net.connect(Number(target.port), target.hostname);
-      sockets.push(socket);
-      return socket;
-    },
-  });
+  const socket = (): net.Socket => {
+    const made = net.connect(Number(target.port), target.hostname);
+    sockets.push(made);
+    return made;
+  };
+  const sql =
+    options.bare === true
+      ? postgres(url, { max, connection: { application_name: 'reset-window' }, ...{ socket } })
+      : createSql(url, { max, applicationName: 'reset-window', socket });
   t.teardown(() => sql.end({ timeout: 1 }));
   return {
     sql,
@@ -59,17 +69,21 @@ export function resettablePool(t: Test, url: string, max = 1): ResettablePool {
       // A destroyed socket would never close again: the wait below would hang.
       if (socket.destroyed) throw new Error(`socket ${String(index)} is closed already`);
       let thrown: Error | undefined;
-      // Registered after the driver's own listener, so it runs right after
-      // it; what it throws is rethrown below, not out of the emit.
-      socket.once('error', () => {
+      const closed = new Promise((resolve) => socket.once('close', resolve));
+      socket.destroy(Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }));
+      // The destroy queued the socket's error in a tick of its own; this
+      // tick runs right after it, and the close comes only in the close
+      // phase of the event loop. So the window opens here whether or not
+      // the error has reached the driver yet (the pool may hold it back to
+      // the close, see platform/pg/socket.ts). What it throws is rethrown
+      // below, not out of the tick.
+      process.nextTick(() => {
         try {
           inWindow();
         } catch (err) {
           thrown = err instanceof Error ? err : new Error(String(err));
         }
       });
-      const closed = new Promise((resolve) => socket.once('close', resolve));
-      socket.destroy(Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }));
       await closed;
       if (thrown !== undefined) throw thrown;
     },

@@ -1,0 +1,157 @@
+/**
+ * The pool's sockets: an error told with the close, the host picked from
+ * the URL's list, TLS left to the driver.
+ */
+import { once } from 'node:events';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import t, { type Test } from 'tap';
+import { testDatabase } from '../../test/harness/db.js';
+import { createSql } from './client.js';
+import { erroredWithItsClose, poolSockets } from './socket.js';
+
+/** A server on 127.0.0.1 that counts its connections, closed at teardown. */
+async function counting(t: Test): Promise<{ port: number; accepted: () => number }> {
+  let accepted = 0;
+  const server = net.createServer((c) => {
+    accepted += 1;
+    c.on('error', () => undefined);
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.teardown(() => new Promise((r) => server.close(r)));
+  return { port: (server.address() as net.AddressInfo).port, accepted: () => accepted };
+}
+
+/** What a socket reset by `destroy` tells, in order, with a tick and an immediate queued after it. */
+async function orderOfEvents(socket: net.Socket): Promise<string[]> {
+  const seen: string[] = [];
+  socket.on('error', (err: NodeJS.ErrnoException) => seen.push(`error ${String(err.code)}`));
+  const closed = new Promise((resolve) => socket.once('close', resolve));
+  await once(socket, 'connect');
+  socket.destroy(Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }));
+  process.nextTick(() => seen.push('tick'));
+  setImmediate(() => seen.push('immediate'));
+  await closed;
+  seen.push('close');
+  return seen;
+}
+
+void t.test('a reset socket tells its error with its close, after what ran between', async (t) => {
+  const { port } = await counting(t);
+  t.same(
+    await orderOfEvents(net.connect(port, '127.0.0.1')),
+    ['error ECONNRESET', 'tick', 'immediate', 'close'],
+    "Node.js's own order: the window between the error and the close",
+  );
+  t.same(
+    await orderOfEvents(erroredWithItsClose(net.connect(port, '127.0.0.1'))),
+    ['tick', 'immediate', 'error ECONNRESET', 'close'],
+    'held: nothing runs between the error and the close',
+  );
+});
+
+void t.test('an error of a socket still open goes through at once', async (t) => {
+  const { port } = await counting(t);
+  const socket = erroredWithItsClose(net.connect(port, '127.0.0.1'));
+  await once(socket, 'connect');
+  const seen: unknown[] = [];
+  socket.on('error', (err) => seen.push(err));
+  const err = new Error('told while open');
+  socket.emit('error', err);
+  t.same(seen, [err], 'heard in the same turn');
+  socket.destroy();
+  await once(socket, 'close');
+  t.same(seen, [err], 'and not again at the close');
+});
+
+void t.test('a held error nobody listens to any more is dropped at the close', async (t) => {
+  const { port } = await counting(t);
+  const socket = erroredWithItsClose(net.connect(port, '127.0.0.1'));
+  const onError = (): void => undefined;
+  socket.on('error', onError);
+  await once(socket, 'connect');
+  const closed = new Promise<boolean>((resolve) => socket.once('close', resolve));
+  socket.destroy(new Error('reset'));
+  // The driver removes its listeners when it hears the close; one removed
+  // earlier must not turn the held error into an uncaught exception.
+  socket.removeListener('error', onError);
+  t.equal(await closed, true, 'the close still says it had an error');
+});
+
+void t.test(
+  'the factory picks the host drawn from the list, and a Unix-domain socket by its path',
+  async (t) => {
+    const first = await counting(t);
+    const second = await counting(t);
+    const target = {
+      host: ['127.0.0.1', '127.0.0.1'],
+      port: [first.port, second.port],
+      ssl: false,
+    };
+    const drawn = (value: number): net.Socket => poolSockets(undefined, () => value)(target);
+    for (const socket of [drawn(0), drawn(0.49), drawn(0.5), drawn(0.99)]) {
+      await once(socket, 'connect');
+      socket.destroy();
+    }
+    await new Promise((r) => setTimeout(r, 50));
+    t.equal(first.accepted(), 2, 'draws below one half take the first host');
+    t.equal(second.accepted(), 2, 'the others the second');
+    const one = poolSockets()({ host: ['127.0.0.1'], port: [first.port], ssl: false });
+    await once(one, 'connect');
+    t.match(one, { host: '127.0.0.1', port: first.port }, "named for the driver's messages");
+    one.destroy();
+
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pool-socket-'));
+    t.teardown(() => {
+      fs.rmSync(dir, { recursive: true, force: true });
+    });
+    const file = path.join(dir, '.s.PGSQL.5432');
+    const server = net.createServer((c) => c.end()).listen(file);
+    await once(server, 'listening');
+    t.teardown(() => new Promise((r) => server.close(r)));
+    const local = poolSockets()({ host: ['ignored'], port: [1], path: file, ssl: false });
+    await once(local, 'connect');
+    t.pass('connected by the path');
+    local.destroy();
+  },
+);
+
+void t.test('a socket that will carry TLS is left to the driver', async (t) => {
+  const { port } = await counting(t);
+  const socket = poolSockets()({ host: ['127.0.0.1'], port: [port], ssl: 'require' });
+  t.same(
+    await orderOfEvents(socket),
+    ['error ECONNRESET', 'tick', 'immediate', 'close'],
+    'its error is not held',
+  );
+});
+
+void t.test(
+  'a pool over a host list connects every connection though one host refuses',
+  async (t) => {
+    const tdb = await testDatabase(t);
+    // A port nothing listens on: a server closed right after it bound.
+    const refused = net.createServer().listen(0, '127.0.0.1');
+    await once(refused, 'listening');
+    const closedPort = (refused.address() as net.AddressInfo).port;
+    await new Promise((r) => refused.close(r));
+    const url = new URL(tdb.appUrl);
+    const list = `postgres://${url.username}:${url.password}@127.0.0.1:${String(closedPort)},${url.host}${url.pathname}`;
+    const sql = createSql(list, { max: 4, applicationName: 'socket-test', connectTimeoutMs: 2000 });
+    t.teardown(() => sql.end({ timeout: 1 }));
+    // Four at once, each holding its connection, so every connection opens.
+    const rows = await Promise.all(
+      [1, 2, 3, 4].map((n) => sql<{ n: number }[]>`select ${n}::int as n, pg_sleep(0.2)`),
+    );
+    t.same(
+      rows.map((r) => r[0]?.n),
+      [1, 2, 3, 4],
+    );
+    const [count] = await sql<{ n: string }[]>`
+    select count(*) as n from pg_stat_activity where application_name = 'socket-test'`;
+    t.equal(Number(count?.n), 4, 'four sessions, all on the host that answers');
+  },
+);
