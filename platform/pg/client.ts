@@ -3,7 +3,7 @@
  * of this application needs, and the server version check.
  */
 import postgres from 'postgres';
-import { poolSockets } from './socket.js';
+import { namesSeveralHosts, poolSockets } from './socket.js';
 
 /** The postgres.js client type every adapter is typed against. */
 export type Sql = postgres.Sql;
@@ -125,8 +125,11 @@ export function createSql(url: string, options: SqlOptions): Sql {
     // bigint counts come back as strings and are converted where read.
     types: {},
     // A socket's error reaches the driver with its close, so no statement
-    // is routed to a connection between the two (platform/pg/socket.ts).
-    ...{ socket: poolSockets(options.socket) },
+    // is routed to a connection between the two; a host list keeps the
+    // driver's own sockets and its order of hosts (platform/pg/socket.ts).
+    ...(options.socket === undefined && namesSeveralHosts(url)
+      ? {}
+      : { socket: poolSockets(options.socket) }),
   });
   closeListeners.set(sql, listeners);
   if (options.session !== undefined) sessionDefaults.set(sql, options.session);

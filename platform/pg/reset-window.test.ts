@@ -67,7 +67,7 @@ void t.test(
 );
 
 void t.test(
-  'where the driver hears the reset before the close (its own sockets, a pool over TLS), a pool statement made between them fails as unanswered',
+  'where the driver hears the reset before the close (its own sockets, a pool over a host list or TLS), a pool statement made between them fails as unanswered',
   async (t) => {
     const tdb = await testDatabase(t);
     const { sql, reset } = resettablePool(t, tdb.appUrl, 1, { bare: true });

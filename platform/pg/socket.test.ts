@@ -10,7 +10,7 @@ import path from 'node:path';
 import t, { type Test } from 'tap';
 import { testDatabase } from '../../test/harness/db.js';
 import { createSql } from './client.js';
-import { erroredWithItsClose, poolSockets } from './socket.js';
+import { erroredWithItsClose, namesSeveralHosts, poolSockets } from './socket.js';
 
 /** A server on 127.0.0.1 that counts its connections, closed at teardown. */
 async function counting(t: Test): Promise<{ port: number; accepted: () => number }> {
@@ -82,27 +82,15 @@ void t.test('a held error nobody listens to any more is dropped at the close', a
 });
 
 void t.test(
-  'the factory picks the host drawn from the list, and a Unix-domain socket by its path',
+  'the factory connects to the one host, or a Unix-domain socket by its path',
   async (t) => {
-    const first = await counting(t);
-    const second = await counting(t);
-    const target = {
-      host: ['127.0.0.1', '127.0.0.1'],
-      port: [first.port, second.port],
-      ssl: false,
-    };
-    const drawn = (value: number): net.Socket => poolSockets(undefined, () => value)(target);
-    for (const socket of [drawn(0), drawn(0.49), drawn(0.5), drawn(0.99)]) {
-      await once(socket, 'connect');
-      socket.destroy();
-    }
-    await new Promise((r) => setTimeout(r, 50));
-    t.equal(first.accepted(), 2, 'draws below one half take the first host');
-    t.equal(second.accepted(), 2, 'the others the second');
-    const one = poolSockets()({ host: ['127.0.0.1'], port: [first.port], ssl: false });
+    const { port, accepted } = await counting(t);
+    const one = poolSockets()({ host: ['127.0.0.1'], port: [port], ssl: false });
     await once(one, 'connect');
-    t.match(one, { host: '127.0.0.1', port: first.port }, "named for the driver's messages");
+    t.match(one, { host: '127.0.0.1', port }, "named for the driver's messages");
     one.destroy();
+    await new Promise((r) => setTimeout(r, 50));
+    t.equal(accepted(), 1, 'one connection made');
 
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pool-socket-'));
     t.teardown(() => {
@@ -119,6 +107,22 @@ void t.test(
   },
 );
 
+void t.test('a host list is told from one host as postgres.js reads it', (t) => {
+  t.equal(
+    namesSeveralHosts('postgres://u:p@h1:5432,h2:5433/db?target_session_attrs=read-write'),
+    true,
+  );
+  t.equal(namesSeveralHosts('postgresql://h1,h2/db'), true);
+  t.equal(namesSeveralHosts('postgres://u:p@h1:5432/db'), false);
+  t.equal(
+    namesSeveralHosts('postgres://u:p,w@h1:5432/db?options=a,b'),
+    false,
+    'commas in the password or the parameters are not hosts',
+  );
+  t.equal(namesSeveralHosts('postgres://h1:5432'), false);
+  t.end();
+});
+
 void t.test('a socket that will carry TLS is left to the driver', async (t) => {
   const { port } = await counting(t);
   const socket = poolSockets()({ host: ['127.0.0.1'], port: [port], ssl: 'require' });
@@ -130,7 +134,7 @@ void t.test('a socket that will carry TLS is left to the driver', async (t) => {
 });
 
 void t.test(
-  'a pool over a host list connects every connection though one host refuses',
+  "a pool over a host list (the driver's own sockets) connects every connection though the first host refuses",
   async (t) => {
     const tdb = await testDatabase(t);
     // A port nothing listens on: a server closed right after it bound.

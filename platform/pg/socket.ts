@@ -61,38 +61,51 @@ export function erroredWithItsClose<S extends net.Socket>(socket: S): S {
 }
 
 /**
- * The `socket` factory of a pool (postgres.js's option of that name): each
- * connection's socket, connecting already, its error told with its close
- * ({@link erroredWithItsClose}).
+ * Whether a connection URL lists several hosts
+ * (`postgres://u:p@h1:5432,h2:5432/db?target_session_attrs=read-write`): the
+ * authority after its last `@` holds a comma, as postgres.js reads it
+ * (platform/pg/database.ts, `parsePostgresUrl`, validates the list).
  *
- * With the factory the driver no longer picks the host, so this does: with
- * one host (or a Unix-domain socket) that one; with a list
- * (`h1:5432,h2:5432?target_session_attrs=read-write`) a host drawn at random
- * for each socket, so a connection the driver turns away (a standby, a
- * refused connect) tries again on a host drawn afresh, and no two
- * connections retrying in turn can keep landing on the wrong one. A
- * connection that negotiates TLS gets its plain socket without the hold:
- * the driver lays TLS over it and listens to the TLS socket, not to this
- * one (the statements of such a pool are still checked,
- * platform/pg/observed.ts).
+ * @param url a postgres:// URL.
+ * @returns true for a host list.
+ */
+export function namesSeveralHosts(url: string): boolean {
+  const start = /^[a-z][a-z0-9+.-]*:\/\//i.exec(url)?.[0].length ?? 0;
+  const rest = url.slice(start);
+  const end = rest.search(/[/?#]/);
+  const authority = end === -1 ? rest : rest.slice(0, end);
+  return authority.slice(authority.lastIndexOf('@') + 1).includes(',');
+}
+
+/**
+ * The `socket` factory of a pool over one host (postgres.js's option of
+ * that name): each connection's socket, connecting already, its error told
+ * with its close ({@link erroredWithItsClose}).
+ *
+ * A pool over a host list is left to the driver's own sockets
+ * (`createSql` gives it no factory): with a factory the driver no longer
+ * picks the host, and its choice is what `target_session_attrs` leans on.
+ * Each connection starts at the first host and moves to the next on each
+ * attempt; and postgres.js 3.4.9 takes a hot standby for `read-write`,
+ * since it reads `default_transaction_read_only`, which a standby reports
+ * off, so any other order lands connections on a standby while the primary
+ * is up. A connection that negotiates TLS gets its plain socket without the
+ * hold: the driver lays TLS over it and listens to the TLS socket, not to
+ * this one. Those pools keep the driver's window between a reset and its
+ * close, behind the checks of their results (platform/pg/observed.ts).
  *
  * @param make makes the socket instead, already connecting (tests that
  *   reset a connection at a chosen moment, test/harness/reset-window.ts).
- * @param random a number in [0, 1), for the host drawn; Math.random by default.
  * @returns the factory.
  */
-export function poolSockets(
-  make?: () => net.Socket,
-  random: () => number = Math.random,
-): (target: SocketTarget) => net.Socket {
+export function poolSockets(make?: () => net.Socket): (target: SocketTarget) => net.Socket {
   return (target) => {
     if (make !== undefined) return erroredWithItsClose(make());
     if (typeof target.path === 'string' && target.path !== '') {
       return erroredWithItsClose(net.connect(target.path));
     }
-    const index = target.host.length > 1 ? Math.floor(random() * target.host.length) : 0;
-    const host = target.host[index] ?? 'localhost';
-    const port = target.port[index] ?? target.port[0] ?? 5432;
+    const host = target.host[0] ?? 'localhost';
+    const port = target.port[0] ?? 5432;
     // The driver names the host and port in its connection errors.
     const socket = Object.assign(net.connect(port, host), { host, port });
     return target.ssl !== false && target.ssl !== undefined ? socket : erroredWithItsClose(socket);

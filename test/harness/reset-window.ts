@@ -39,7 +39,7 @@ export interface ResettablePool {
  * @param max the pool's size; default 1.
  * @param options `bare`: a pool of postgres.js itself, which hears a
  *   socket's error before its close (the driver's own behaviour, and what
- *   a pool over TLS still has, platform/pg/socket.ts); by default a pool
+ *   a pool over a host list or TLS still has, platform/pg/socket.ts); by default a pool
  *   of createSql.
  * @returns the pool and its reset.
  */

@@ -4,7 +4,7 @@
  * token, though its token is valid. The read here is made in the window a
  * reset opens (test/harness/reset-window.ts): our pool has it hear the
  * reset, and where the driver hears the reset before the close (its own
- * sockets, a pool over TLS) postgres.js 3.4.9 settles it with an empty
+ * sockets, a pool over a host list or TLS) postgres.js 3.4.9 settles it with an empty
  * result, which the read refuses.
  */
 import t from 'tap';
