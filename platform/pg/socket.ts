@@ -52,8 +52,14 @@ export function erroredWithItsClose<S extends net.Socket>(socket: S): S {
     if (event === 'close' && held !== undefined) {
       const { error } = held;
       held = undefined;
-      // Emitting an error nobody listens to would throw out of the close.
-      if (socket.listenerCount('error') > 0) emit('error', error);
+      // Emitting an error nobody listens to would throw out of the close;
+      // and a listener that throws must not keep the close from the driver.
+      try {
+        if (socket.listenerCount('error') > 0) emit('error', error);
+      } finally {
+        emit(event, ...args);
+      }
+      return true;
     }
     return emit(event, ...args);
   }) as S['emit'];
