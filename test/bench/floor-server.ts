@@ -6,6 +6,12 @@
  * Fastify server pays on this machine before doing anything: the part of
  * an HTTP request the in-process ceiling does not pay. Listens on
  * `HTTP__PORT` (127.0.0.1), answers `/readyz`; stops on SIGTERM or SIGINT.
+ *
+ * `PUT /hold/:ms` sets how long each transfer answer is held before it is
+ * sent (0 at start, at once): the held floor (`http_floor_held`) waits for
+ * the unkeyed baseline's mean latency, since an answer that waits costs the
+ * server and the load generator more than one sent at once. A timer is the
+ * cheapest wait there is, so the held floor is still a floor.
  */
 import { randomUUID } from 'node:crypto';
 import Fastify from 'fastify';
@@ -17,10 +23,20 @@ interface TransferBody {
 }
 
 const port = Number(process.env['HTTP__PORT'] ?? '0');
+let holdMs = 0;
 const app = Fastify();
 app.get('/readyz', (_req, reply) => reply.send({ status: 'ready' }));
+app.put<{ Params: { ms: string } }>('/hold/:ms', (req, reply) => {
+  const ms = Number(req.params.ms);
+  if (!Number.isFinite(ms) || ms < 0 || ms > 60_000) {
+    return reply.code(400).send({ error: 'hold must be 0 to 60000 ms' });
+  }
+  holdMs = ms;
+  return reply.code(204).send();
+});
 app.post<{ Body: TransferBody }>('/api/v1/transfers', async (req, reply) => {
   const id = randomUUID();
+  if (holdMs > 0) await new Promise((resolve) => setTimeout(resolve, holdMs));
   reply.code(201).header('location', `/api/v1/transfers/${id}`);
   return {
     id,

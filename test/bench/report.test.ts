@@ -8,6 +8,7 @@ import { parseProcIo, parseProcStat } from './proc.js';
 import {
   formatClient,
   formatReport,
+  floorHoldMs,
   formatFloorBound,
   formatTracingCost,
   httpFloorBound,
@@ -211,6 +212,45 @@ void t.test('the HTTP floor bounds unkeyed HTTP / ceiling by CPU per request', (
   t.match(formatFloorBound(withFloor), /bound 0\.82 .*measured 0\.83/);
   t.ok(Number.isNaN(httpFloorBound(run)), 'NaN without the floor scenario');
   t.equal(formatFloorBound(run), '', 'and no line');
+  t.end();
+});
+
+void t.test(
+  'the held floor bounds it again at the baseline latency, beside the plain floor',
+  (t) => {
+    const run = figures();
+    const floor: ScenarioFigures = {
+      ...s('http_floor', 9000),
+      nodeCpuUs: 60,
+      pgCpuUs: 0,
+      loadCpuUs: 90,
+    };
+    const held: ScenarioFigures = {
+      ...s('http_floor_held', 9000),
+      nodeCpuUs: 150,
+      pgCpuUs: 10,
+      loadCpuUs: 140,
+    };
+    const both = { ...run, scenarios: [...run.scenarios, floor, held] };
+    // The ceiling costs 300 + 400 us per call; the held floor adds 150 + 10 + 140 us.
+    t.equal(httpFloorBound(both, 'http_floor_held').toFixed(4), (700 / 1000).toFixed(4));
+    t.equal(httpFloorBound(both).toFixed(4), (700 / 850).toFixed(4), 'the plain floor by default');
+    t.match(
+      formatFloorBound(both),
+      /bound 0\.82 .*, 0\.70 with each answer held for the baseline's mean latency, measured 0\.83/,
+    );
+    const heldOnly = { ...run, scenarios: [...run.scenarios, held] };
+    t.match(formatFloorBound(heldOnly), /bound 0\.70 with each answer held .*measured 0\.83/);
+    t.ok(Number.isNaN(httpFloorBound(run, 'http_floor_held')), 'NaN without the held floor');
+    t.end();
+  },
+);
+
+void t.test('the hold of the held floor is the baseline mean time in flight', (t) => {
+  t.equal(floorHoldMs(16, 1000), 16, '16 connections at 1,000 req/s: 16 ms each');
+  t.equal(floorHoldMs(16, 800), 20);
+  t.equal(floorHoldMs(16, 0), 0, 'no baseline yet: no hold');
+  t.equal(floorHoldMs(16, Number.NaN), 0);
   t.end();
 });
 

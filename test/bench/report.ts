@@ -201,32 +201,65 @@ export function judgeTargets(figures: BenchFigures): TargetResult[] {
  * same cores. It is the ratio a server that added nothing to bare Fastify
  * would reach, as far as throughput follows CPU per request.
  *
- * @param figures the run; uses ceiling_unkeyed and http_floor.
+ * @param figures the run; uses ceiling_unkeyed and the floor scenario.
+ * @param floorId the floor scenario: `http_floor` (answers at once, the
+ *   default) or `http_floor_held` (each answer held for the baseline's
+ *   mean latency, see {@link floorHoldMs}).
  * @returns the bound, or NaN when either scenario did not run.
  */
-export function httpFloorBound(figures: BenchFigures): number {
+export function httpFloorBound(
+  figures: BenchFigures,
+  floorId: 'http_floor' | 'http_floor_held' = 'http_floor',
+): number {
   const ceiling = figures.scenarios.find((s) => s.id === 'ceiling_unkeyed');
-  const floor = figures.scenarios.find((s) => s.id === 'http_floor');
+  const floor = figures.scenarios.find((s) => s.id === floorId);
   if (ceiling === undefined || floor === undefined) return NaN;
   const call = ceiling.nodeCpuUs + ceiling.pgCpuUs;
   return call / (call + floor.nodeCpuUs + floor.pgCpuUs + floor.loadCpuUs);
 }
 
 /**
- * The floor's bound in one line beside the measured ratio, for the report
- * and for a run of a subset.
+ * How long the held floor keeps each answer: the unkeyed baseline's mean
+ * time in flight by Little's law (connections over rate). A server whose
+ * answers wait costs Node.js and the load generator more per request than
+ * one that answers at once (more wake-ups, timers re-armed, answers read
+ * one by one), so the floor held this long is what bare Fastify costs at
+ * the latency the baseline has.
+ *
+ * @param connections the load's concurrent connections.
+ * @param baselineRps the unkeyed baseline's latest requests per second.
+ * @returns milliseconds; 0 while there is no positive baseline rate.
+ */
+export function floorHoldMs(connections: number, baselineRps: number): number {
+  if (!(baselineRps > 0)) return 0;
+  return (connections * 1000) / baselineRps;
+}
+
+/**
+ * The floors' bounds in one line beside the measured ratio, for the report
+ * and for a run of a subset: the plain floor's, then the held floor's.
  *
  * @param figures the run.
- * @returns the line, without a newline; empty when the floor or the
- *   ceiling did not run.
+ * @returns the line, without a newline; empty when the ceiling or both
+ *   floors did not run.
  */
 export function formatFloorBound(figures: BenchFigures): string {
-  const bound = httpFloorBound(figures);
-  if (Number.isNaN(bound)) return '';
+  const plain = httpFloorBound(figures, 'http_floor');
+  const held = httpFloorBound(figures, 'http_floor_held');
+  if (Number.isNaN(plain) && Number.isNaN(held)) return '';
   const unkeyed = figures.scenarios.find((s) => s.id === 'unkeyed');
   const ceiling = figures.scenarios.find((s) => s.id === 'ceiling_unkeyed');
   const measured = unkeyed === undefined || ceiling === undefined ? NaN : unkeyed.rps / ceiling.rps;
-  return `unkeyed HTTP / in-process ceiling: bound ${fixed(bound, 2)} by the HTTP floor's CPU per request (a server adding nothing to bare Fastify), measured ${fixed(measured, 2)}`;
+  const bounds: string[] = [];
+  if (!Number.isNaN(plain)) {
+    bounds.push(
+      `${fixed(plain, 2)} by the HTTP floor's CPU per request (a server adding nothing to bare Fastify)`,
+    );
+  }
+  if (!Number.isNaN(held)) {
+    bounds.push(`${fixed(held, 2)} with each answer held for the baseline's mean latency`);
+  }
+  return `unkeyed HTTP / in-process ceiling: bound ${bounds.join(', ')}, measured ${fixed(measured, 2)}`;
 }
 
 /**

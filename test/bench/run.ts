@@ -75,6 +75,7 @@ import { runShape, SHAPES, type Shape } from './shape.js';
 import { burst, measure, type LoadFigures, type LoadRequest } from './load.js';
 import { postmasterPid } from './proc.js';
 import {
+  floorHoldMs,
   formatClient,
   formatFloorBound,
   formatReport,
@@ -627,6 +628,25 @@ async function main(): Promise<void> {
         id: 'http_floor',
         label: 'HTTP floor: bare Fastify, fixed 201, no database, at the baseline rate',
         window: httpWindow(unkeyed, floor, floor.child.pid!, () => unkeyedRate),
+      });
+    }
+    // The same floor with each answer held for the baseline's mean time in
+    // flight (report.ts floorHoldMs): bare Fastify at the baseline's
+    // latency, in a process of its own.
+    if (wanted('http_floor_held')) {
+      const held = await startServer('dist-bench/test/bench/floor-server.js', [], {});
+      servers.push(held);
+      const window = httpWindow(unkeyed, held, held.child.pid!, () => unkeyedRate);
+      steady.push({
+        id: 'http_floor_held',
+        label: "HTTP floor held for the baseline's mean latency, at the baseline rate",
+        window: async (seconds) => {
+          const ms = floorHoldMs(CONNECTIONS, unkeyedRate ?? 0).toFixed(3);
+          const answer = await fetch(`${held.base}/hold/${ms}`, { method: 'PUT' });
+          if (answer.status !== 204)
+            throw new Error(`the held floor refused hold ${ms}: ${answer.status}`);
+          return window(seconds);
+        },
       });
     }
 
