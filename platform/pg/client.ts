@@ -121,6 +121,13 @@ export function createSql(url: string, options: SqlOptions): Sql {
       plan_cache_mode: 'force_custom_plan',
       ...(options.session === undefined ? {} : sessionOptions(options.session)),
     },
+    // postgres.js 3.4.9 judges `read-write` by default_transaction_read_only
+    // alone, which a hot standby reports off, so a host list whose first
+    // node is a standby (an old primary rebuilt as one) would get every
+    // connection there. `primary` asks pg_is_in_recovery's reported twin,
+    // in_hot_standby, as libpq does for read-write (docs/DECISIONS.md,
+    // "read-write means the primary").
+    ...(asksReadWrite(url) ? { target_session_attrs: 'primary' as const } : {}),
     // Our timestamps are passed in from the kernel clock as Date values;
     // bigint counts come back as strings and are converted where read.
     types: {},
@@ -134,6 +141,21 @@ export function createSql(url: string, options: SqlOptions): Sql {
   closeListeners.set(sql, listeners);
   if (options.session !== undefined) sessionDefaults.set(sql, options.session);
   return sql;
+}
+
+/**
+ * Whether a connection URL asks for `target_session_attrs=read-write`
+ * (postgres.js reads the option from the URL's query, as libpq does).
+ *
+ * @param url a postgres:// URL.
+ * @returns true when its query names read-write.
+ */
+export function asksReadWrite(url: string): boolean {
+  const query = url.indexOf('?');
+  if (query === -1) return false;
+  const end = url.indexOf('#', query);
+  const params = new URLSearchParams(url.slice(query + 1, end === -1 ? undefined : end));
+  return params.get('target_session_attrs') === 'read-write';
 }
 
 const sessionDefaults = new WeakMap<Sql, SessionTimeouts>();

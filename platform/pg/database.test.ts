@@ -1,5 +1,6 @@
 import t from 'tap';
 import { ConfigError } from '../config/index.js';
+import { asksReadWrite } from './client.js';
 import { openDatabase, parsePostgresUrl, type DatabaseSettings } from './database.js';
 
 const settings = (url: string, ownerUrl = ''): DatabaseSettings => ({
@@ -93,3 +94,17 @@ void t.test(
     await one.close();
   },
 );
+
+void t.test('a URL asks for read-write only through its query', (t) => {
+  t.ok(asksReadWrite(TWO_HOSTS), 'a host list with read-write');
+  t.ok(asksReadWrite('postgres://a@h/d?sslmode=require&target_session_attrs=read-write#x'));
+  t.notOk(asksReadWrite('postgres://a@h/d?target_session_attrs=primary'));
+  t.notOk(asksReadWrite('postgres://a@h/d?target_session_attrs=read-only'));
+  t.notOk(asksReadWrite('postgres://a@h/d'), 'no query');
+  t.notOk(
+    asksReadWrite('postgres://a@h/d#target_session_attrs=read-write'),
+    'a fragment is no query',
+  );
+  t.notOk(asksReadWrite('postgres://u:p@h/read-write'), 'a path is no query');
+  t.end();
+});

@@ -92,10 +92,8 @@ export function namesSeveralHosts(url: string): boolean {
  * (`createSql` gives it no factory): with a factory the driver no longer
  * picks the host, and its choice is what `target_session_attrs` leans on.
  * Each connection starts at the first host and moves to the next on each
- * attempt; and postgres.js 3.4.9 takes a hot standby for `read-write`,
- * since it reads `default_transaction_read_only`, which a standby reports
- * off, so any other order lands connections on a standby while the primary
- * is up. A connection that negotiates TLS gets its plain socket without the
+ * attempt, skipping a standby (createSql asks for the primary when the URL
+ * asks for `read-write`). A connection that negotiates TLS gets its plain socket without the
  * hold: the driver lays TLS over it and listens to the TLS socket, not to
  * this one. Those pools keep the driver's window between a reset and its
  * close, behind the checks of their results (platform/pg/observed.ts).

@@ -729,3 +729,46 @@ void t.test(
     );
   },
 );
+
+void t.test(
+  'a host list that names the standby first still gives read-write connections only on the primary',
+  async (t) => {
+    // postgres.js 3.4.9 judges read-write by default_transaction_read_only
+    // alone, which a hot standby reports off: each connection starts at the
+    // first host of the list, so a list whose first node is a standby (the
+    // old primary rebuilt as one, after a failover) would put every
+    // connection of the pool on it, and every write would fail 25006.
+    const pair = await startReplicatedPair();
+    t.teardown(() => pair.close());
+    const [a, b] = pair.nodes;
+    const hosts = `127.0.0.1:${String(b.port)},127.0.0.1:${String(a.port)}`;
+    const credentials = new URL(pair.adminUrl(a));
+    const url = `postgres://${credentials.username}:${credentials.password}@${hosts}/postgres?target_session_attrs=read-write`;
+    const sql = createSql(url, { max: 3, applicationName: 'test-standby-first' });
+    t.teardown(() => sql.end({ timeout: 1 }).catch(() => undefined));
+    const sessions = await Promise.all(
+      [1, 2, 3].map(async () =>
+        sql.begin(
+          async (tx) =>
+            (
+              await tx<{ port: number; recovery: boolean }[]>`
+                select current_setting('port')::int as port, pg_is_in_recovery() as recovery,
+                       pg_sleep(0.2)`
+            ).map(({ port, recovery }) => ({ port, recovery }))[0],
+        ),
+      ),
+    );
+    t.same(
+      sessions,
+      [1, 2, 3].map(() => ({ port: a.port, recovery: false })),
+      'every connection of the pool is on the primary, none on the standby listed first',
+    );
+    await sql`create table standby_first_probe (n int primary key)`;
+    await sql`insert into standby_first_probe values (1)`;
+    t.same(
+      (await sql<{ n: number }[]>`select n from standby_first_probe`).map((r) => r.n),
+      [1],
+      'a write through the pool lands',
+    );
+  },
+);
