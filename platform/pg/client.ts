@@ -3,7 +3,7 @@
  * of this application needs, and the server version check.
  */
 import postgres from 'postgres';
-import { namesSeveralHosts, poolSockets } from './socket.js';
+import { poolSockets } from './socket.js';
 
 /** The postgres.js client type every adapter is typed against. */
 export type Sql = postgres.Sql;
@@ -42,12 +42,12 @@ export interface SqlOptions {
    */
   readonly session?: SessionTimeouts;
   /**
-   * Makes each connection's socket, already connecting to a single host,
-   * in place of {@link poolSockets}'s own (its error is still held back to
-   * its close). For tests that reset a connection at a chosen moment
-   * (test/harness/reset-window.ts).
+   * Makes each connection's socket, already connecting to the host and
+   * port {@link poolSockets} chose, in place of its own (its error is still
+   * held back to its close). For tests that reset a connection at a chosen
+   * moment (test/harness/reset-window.ts).
    */
-  readonly socket?: () => import('node:net').Socket;
+  readonly socket?: (host: string, port: number) => import('node:net').Socket;
 }
 
 /** Timeouts every session starts with, in milliseconds (0 disables one). */
@@ -132,11 +132,9 @@ export function createSql(url: string, options: SqlOptions): Sql {
     // bigint counts come back as strings and are converted where read.
     types: {},
     // A socket's error reaches the driver with its close, so no statement
-    // is routed to a connection between the two; a host list keeps the
-    // driver's own sockets and its order of hosts (platform/pg/socket.ts).
-    ...(options.socket === undefined && namesSeveralHosts(url)
-      ? {}
-      : { socket: poolSockets(options.socket) }),
+    // is routed to a connection between the two; the factory picks the
+    // host of a host list (platform/pg/socket.ts).
+    ...{ socket: poolSockets(options.socket) },
   });
   closeListeners.set(sql, listeners);
   if (options.session !== undefined) sessionDefaults.set(sql, options.session);

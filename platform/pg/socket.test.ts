@@ -10,7 +10,7 @@ import path from 'node:path';
 import t, { type Test } from 'tap';
 import { testDatabase } from '../../test/harness/db.js';
 import { createSql } from './client.js';
-import { erroredWithItsClose, namesSeveralHosts, poolSockets } from './socket.js';
+import { erroredWithItsClose, poolSockets } from './socket.js';
 
 /** A server on 127.0.0.1 that counts its connections, closed at teardown. */
 async function counting(t: Test): Promise<{ port: number; accepted: () => number }> {
@@ -107,21 +107,41 @@ void t.test(
   },
 );
 
-void t.test('a host list is told from one host as postgres.js reads it', (t) => {
-  t.equal(
-    namesSeveralHosts('postgres://u:p@h1:5432,h2:5433/db?target_session_attrs=read-write'),
-    true,
-  );
-  t.equal(namesSeveralHosts('postgresql://h1,h2/db'), true);
-  t.equal(namesSeveralHosts('postgres://u:p@h1:5432/db'), false);
-  t.equal(
-    namesSeveralHosts('postgres://u:p,w@h1:5432/db?options=a,b'),
-    false,
-    'commas in the password or the parameters are not hosts',
-  );
-  t.equal(namesSeveralHosts('postgres://h1:5432'), false);
-  t.end();
-});
+void t.test(
+  'over a host list the factory stays on a host that serves and moves on past one whose socket closed',
+  async (t) => {
+    const a = await counting(t);
+    const b = await counting(t);
+    const target = { host: ['127.0.0.1', '127.0.0.1'], port: [a.port, b.port], ssl: false };
+    const factory = poolSockets();
+    const opened = async (): Promise<net.Socket> => {
+      const socket = factory(target);
+      socket.on('error', () => undefined);
+      await once(socket, 'connect');
+      return socket;
+    };
+    const closed = async (socket: net.Socket): Promise<void> => {
+      const done = once(socket, 'close');
+      socket.destroy();
+      await done;
+    };
+    const first = await opened();
+    const second = await opened();
+    t.same([first.remotePort, second.remotePort], [a.port, a.port], 'both on the first host');
+    await closed(first);
+    const third = await opened();
+    t.equal(third.remotePort, b.port, 'a close moves the pool on to the next host');
+    await closed(second);
+    const fourth = await opened();
+    t.equal(fourth.remotePort, b.port, 'a close of a socket to a host left already moves nothing');
+    await closed(third);
+    await closed(fourth);
+    const fifth = await opened();
+    t.equal(fifth.remotePort, a.port, 'from the last host back to the first');
+    await closed(fifth);
+    t.same([a.accepted(), b.accepted()], [3, 2]);
+  },
+);
 
 void t.test('a socket that will carry TLS is left to the driver', async (t) => {
   const { port } = await counting(t);
@@ -134,7 +154,7 @@ void t.test('a socket that will carry TLS is left to the driver', async (t) => {
 });
 
 void t.test(
-  "a pool over a host list (the driver's own sockets) connects every connection though the first host refuses",
+  'a pool over a host list connects every connection though the first host refuses',
   async (t) => {
     const tdb = await testDatabase(t);
     // A port nothing listens on: a server closed right after it bound.

@@ -67,51 +67,54 @@ export function erroredWithItsClose<S extends net.Socket>(socket: S): S {
 }
 
 /**
- * Whether a connection URL lists several hosts
- * (`postgres://u:p@h1:5432,h2:5432/db?target_session_attrs=read-write`): the
- * authority after its last `@` holds a comma, as postgres.js reads it
- * (platform/pg/database.ts, `parsePostgresUrl`, validates the list).
+ * The `socket` factory of a pool (postgres.js's option of that name): each
+ * connection's socket, connecting already, its error told with its close
+ * ({@link erroredWithItsClose}).
  *
- * @param url a postgres:// URL.
- * @returns true for a host list.
- */
-export function namesSeveralHosts(url: string): boolean {
-  const start = /^[a-z][a-z0-9+.-]*:\/\//i.exec(url)?.[0].length ?? 0;
-  const rest = url.slice(start);
-  const end = rest.search(/[/?#]/);
-  const authority = end === -1 ? rest : rest.slice(0, end);
-  return authority.slice(authority.lastIndexOf('@') + 1).includes(',');
-}
-
-/**
- * The `socket` factory of a pool over one host (postgres.js's option of
- * that name): each connection's socket, connecting already, its error told
- * with its close ({@link erroredWithItsClose}).
+ * With a factory the driver no longer picks the host of a host list, so
+ * the factory does: every socket goes to the host the pool's last good
+ * socket went to, starting at the first of the list, and a socket's close
+ * moves the pool on to the next host when it still points at that
+ * socket's. A host that refuses, times out, or is not what
+ * `target_session_attrs` asks for (the driver ends that session and opens
+ * another) is left after one try, as the driver's own order does; a pool
+ * that reaches the primary stays on it. A routine close of a connection to
+ * the primary moves the pool on too, and costs the next connection one try
+ * of the next host before it comes back.
  *
- * A pool over a host list is left to the driver's own sockets
- * (`createSql` gives it no factory): with a factory the driver no longer
- * picks the host, and its choice is what `target_session_attrs` leans on.
- * Each connection starts at the first host and moves to the next on each
- * attempt, skipping a standby (createSql asks for the primary when the URL
- * asks for `read-write`). A connection that negotiates TLS gets its plain socket without the
- * hold: the driver lays TLS over it and listens to the TLS socket, not to
- * this one. Those pools keep the driver's window between a reset and its
- * close, behind the checks of their results (platform/pg/observed.ts).
+ * A connection that negotiates TLS gets its plain socket without the hold:
+ * the driver lays TLS over it and listens to the TLS socket, not to this
+ * one. Those pools keep the driver's window between a reset and its close,
+ * behind the checks of their results (platform/pg/observed.ts).
  *
- * @param make makes the socket instead, already connecting (tests that
- *   reset a connection at a chosen moment, test/harness/reset-window.ts).
+ * @param make makes the socket instead, already connecting to the host and
+ *   port given (tests that reset a connection at a chosen moment,
+ *   test/harness/reset-window.ts).
  * @returns the factory.
  */
-export function poolSockets(make?: () => net.Socket): (target: SocketTarget) => net.Socket {
+export function poolSockets(
+  make?: (host: string, port: number) => net.Socket,
+): (target: SocketTarget) => net.Socket {
+  // The host of the list the pool's sockets go to; shared by its connections.
+  let current = 0;
   return (target) => {
-    if (make !== undefined) return erroredWithItsClose(make());
     if (typeof target.path === 'string' && target.path !== '') {
       return erroredWithItsClose(net.connect(target.path));
     }
-    const host = target.host[0] ?? 'localhost';
-    const port = target.port[0] ?? 5432;
+    const count = Math.max(1, target.host.length);
+    const index = current % count;
+    const host = target.host[index] ?? 'localhost';
+    const port = target.port[index] ?? target.port[0] ?? 5432;
     // The driver names the host and port in its connection errors.
-    const socket = Object.assign(net.connect(port, host), { host, port });
+    const socket = Object.assign(make === undefined ? net.connect(port, host) : make(host, port), {
+      host,
+      port,
+    });
+    if (count > 1) {
+      socket.once('close', () => {
+        if (current % count === index) current = index + 1;
+      });
+    }
     return target.ssl !== false && target.ssl !== undefined ? socket : erroredWithItsClose(socket);
   };
 }

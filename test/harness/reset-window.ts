@@ -39,15 +39,19 @@ export interface ResettablePool {
  * @param max the pool's size; default 1.
  * @param options `bare`: a pool of postgres.js itself, which hears a
  *   socket's error before its close (the driver's own behaviour, and what
- *   a pool over a host list or TLS still has, platform/pg/socket.ts); by default a pool
- *   of createSql.
+ *   a pool over TLS still has, platform/pg/socket.ts); `hostList`: a pool
+ *   of createSql over a host list that names the server twice, left to
+ *   make its sockets itself, which are found as they connect (every socket
+ *   of this process that connects to the server's port while the pool
+ *   lives, so the test must open no other connection meanwhile); by
+ *   default a pool of createSql.
  * @returns the pool and its reset.
  */
 export function resettablePool(
   t: Test,
   url: string,
   max = 1,
-  options: { readonly bare?: boolean } = {},
+  options: { readonly bare?: boolean; readonly hostList?: boolean } = {},
 ): ResettablePool {
   const target = new URL(url);
   const sockets: net.Socket[] = [];
@@ -56,10 +60,38 @@ export function resettablePool(
     sockets.push(made);
     return made;
   };
-  const sql =
-    options.bare === true
-      ? postgres(url, { max, connection: { application_name: 'reset-window' }, ...{ socket } })
-      : createSql(url, { max, applicationName: 'reset-window', socket });
+  let sql: Sql;
+  if (options.hostList === true) {
+    // Whoever makes the socket (the driver or the pool's factory), it
+    // connects through this method once.
+    const proto = net.Socket.prototype as unknown as {
+      connect: (this: net.Socket, ...args: unknown[]) => net.Socket;
+    };
+    const connect = proto.connect;
+    const port = Number(target.port);
+    proto.connect = function (this: net.Socket, ...args: unknown[]) {
+      // net.connect passes its arguments normalised, as an array whose
+      // first item holds the port; a socket made bare is given the port.
+      const [first] = args;
+      const options: unknown = Array.isArray(first) ? first[0] : first;
+      const to =
+        typeof options === 'object' && options !== null
+          ? (options as { port?: unknown }).port
+          : options;
+      if (Number(to) === port && !sockets.includes(this)) sockets.push(this);
+      return connect.apply(this, args);
+    };
+    t.teardown(() => {
+      proto.connect = connect;
+    });
+    const auth = `${target.username}:${target.password}@`;
+    const list = `${target.protocol}//${auth}${target.host},${target.host}${target.pathname}${target.search}`;
+    sql = createSql(list, { max, applicationName: 'reset-window-hosts' });
+  } else if (options.bare === true) {
+    sql = postgres(url, { max, connection: { application_name: 'reset-window' }, ...{ socket } });
+  } else {
+    sql = createSql(url, { max, applicationName: 'reset-window', socket });
+  }
   t.teardown(() => sql.end({ timeout: 1 }));
   return {
     sql,
