@@ -133,8 +133,14 @@ export function createSql(url: string, options: SqlOptions): Sql {
     types: {},
     // A socket's error reaches the driver with its close, so no statement
     // is routed to a connection between the two; the factory picks the
-    // host of a host list (platform/pg/socket.ts).
-    ...{ socket: poolSockets(options.socket) },
+    // host of a host list, and paces the tries once every host failed
+    // (platform/pg/socket.ts).
+    ...{
+      socket: poolSockets({
+        ...(options.socket === undefined ? {} : { make: options.socket }),
+        backoffMs: (attempt) => reconnectBackoff(attempt) * 1000,
+      }),
+    },
   });
   closeListeners.set(sql, listeners);
   if (options.session !== undefined) sessionDefaults.set(sql, options.session);
@@ -142,18 +148,27 @@ export function createSql(url: string, options: SqlOptions): Sql {
 }
 
 /**
- * Whether a connection URL asks for `target_session_attrs=read-write`
- * (postgres.js reads the option from the URL's query, as libpq does).
+ * Whether a connection URL asks for `target_session_attrs=read-write`, read
+ * as postgres.js 3.4.9 reads it: the URL with the first host of its list in
+ * place of the list, parsed by the WHATWG URL parser, so what follows a `#`
+ * is no query. (The driver falls back to the environment's
+ * PGTARGETSESSIONATTRS when the URL names none; this does not, since only
+ * platform/config reads the environment: docs/DECISIONS.md, "read-write
+ * means the primary".)
  *
  * @param url a postgres:// URL.
  * @returns true when its query names read-write.
  */
 export function asksReadWrite(url: string): boolean {
-  const query = url.indexOf('?');
-  if (query === -1) return false;
-  const end = url.indexOf('#', query);
-  const params = new URLSearchParams(url.slice(query + 1, end === -1 ? undefined : end));
-  return params.get('target_session_attrs') === 'read-write';
+  try {
+    const authority = url.slice(url.indexOf('://') + 3).split(/[?/]/)[0] ?? '';
+    const list = decodeURIComponent(authority.slice(authority.indexOf('@') + 1));
+    const first = new URL(url.replace(list, list.split(',')[0] ?? ''));
+    return first.searchParams.get('target_session_attrs') === 'read-write';
+  } catch {
+    // The driver refuses such a URL itself, with its own error.
+    return false;
+  }
 }
 
 const sessionDefaults = new WeakMap<Sql, SessionTimeouts>();

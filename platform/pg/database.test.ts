@@ -106,5 +106,32 @@ void t.test('a URL asks for read-write only through its query', (t) => {
     'a fragment is no query',
   );
   t.notOk(asksReadWrite('postgres://u:p@h/read-write'), 'a path is no query');
+  t.notOk(
+    asksReadWrite('postgres://u:p@h1,h2/d#?target_session_attrs=read-write'),
+    'nor a query inside a fragment, as the driver reads it',
+  );
+  t.ok(asksReadWrite('postgres://u:p@h1:1,h2:2/d?target_session_attrs=read-write&x=1'));
+  t.notOk(asksReadWrite('postgres://u:p@h1/d?target_session_attrs=read%2Fwrite'), 'another value');
+  t.end();
+});
+
+void t.test('a target_session_attrs postgres.js does not take is refused naming the key', (t) => {
+  for (const attrs of ['any', 'READ-WRITE', '']) {
+    t.throws(
+      () =>
+        parsePostgresUrl('database.url', `postgres://u:p@h1,h2/d?target_session_attrs=${attrs}`),
+      {
+        message: `Invalid configuration: database.url asks for target_session_attrs "${attrs}"; postgres.js takes read-write, read-only, primary, standby, prefer-standby`,
+      },
+      attrs,
+    );
+  }
+  for (const attrs of ['read-write', 'read-only', 'primary', 'standby', 'prefer-standby']) {
+    t.equal(
+      parsePostgresUrl('database.url', `postgres://u:p@h/d?target_session_attrs=${attrs}`).user,
+      'u',
+      attrs,
+    );
+  }
   t.end();
 });

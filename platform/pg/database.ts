@@ -141,6 +141,9 @@ function roleOf(key: string, url: string): string {
   return parsePostgresUrl(key, url).user;
 }
 
+/** The `target_session_attrs` values postgres.js 3.4.9 takes (libpq's `any` is not one). */
+const SESSION_ATTRS = ['read-write', 'read-only', 'primary', 'standby', 'prefer-standby'];
+
 /** A postgres:// URL taken apart the way postgres.js reads it. */
 export interface PostgresUrl {
   /** The hosts as written, in order: `host` or `host:port` (IPv6 in brackets). */
@@ -162,8 +165,9 @@ export interface PostgresUrl {
  * @param url the URL.
  * @returns its hosts, user and the rest.
  * @throws Error starting `Invalid configuration:` naming the key when it is
- *   not a URL, not postgres:// or postgresql://, names no user, or has an
- *   empty entry in its host list.
+ *   not a URL, not postgres:// or postgresql://, names no user, has an
+ *   empty entry in its host list, or asks for a `target_session_attrs`
+ *   postgres.js does not take.
  */
 export function parsePostgresUrl(key: string, url: string): PostgresUrl {
   const notUrl = (): Error => new Error(`Invalid configuration: ${key} is not a URL`);
@@ -198,6 +202,13 @@ export function parsePostgresUrl(key: string, url: string): PostgresUrl {
   }
   const user = decodeURIComponent(parsed.username);
   if (user === '') throw new Error(`Invalid configuration: ${key} must name a user`);
+  const attrs = parsed.searchParams.get('target_session_attrs');
+  if (attrs !== null && !SESSION_ATTRS.includes(attrs)) {
+    // postgres.js would throw this at the pool's creation, with a stack.
+    throw new Error(
+      `Invalid configuration: ${key} asks for target_session_attrs "${attrs}"; postgres.js takes ${SESSION_ATTRS.join(', ')}`,
+    );
+  }
   return { hosts, user, url: parsed };
 }
 

@@ -143,6 +143,76 @@ void t.test(
   },
 );
 
+void t.test(
+  'over a host list the factory moves on past a closed socket even once the driver removed its listeners, as it does to lay TLS over it',
+  async (t) => {
+    const a = await counting(t);
+    const b = await counting(t);
+    const target = { host: ['127.0.0.1', '127.0.0.1'], port: [a.port, b.port], ssl: 'require' };
+    const factory = poolSockets();
+    const first = factory(target);
+    await once(first, 'connect');
+    // postgres.js's secure(): every listener of the plain socket goes
+    // before tls.connect takes it over.
+    first.removeAllListeners();
+    const closed = new Promise((resolve) => {
+      const emit = first.emit.bind(first);
+      first.emit = ((event: string, ...args: unknown[]) => {
+        if (event === 'close') setImmediate(resolve);
+        return emit(event, ...args);
+      }) as typeof first.emit;
+    });
+    first.destroy();
+    await closed;
+    const second = factory(target);
+    second.on('error', () => undefined);
+    await once(second, 'connect');
+    t.equal(second.remotePort, b.port, 'the next socket goes to the next host');
+    second.destroy();
+  },
+);
+
+void t.test(
+  'once every host of a list failed since the last socket that settled, each close is held before the driver hears it',
+  async (t) => {
+    const a = await counting(t);
+    const b = await counting(t);
+    const target = { host: ['127.0.0.1', '127.0.0.1'], port: [a.port, b.port], ssl: false };
+    const factory = poolSockets({ backoffMs: () => 400, settleMs: 100 });
+    /** Opens a socket, closes it after `openMs`, and says how long its close took to be told. */
+    const tried = async (openMs: number): Promise<{ port: number; closeMs: number }> => {
+      const socket = factory(target);
+      socket.on('error', () => undefined);
+      await once(socket, 'connect');
+      const port = socket.remotePort!;
+      await new Promise((r) => setTimeout(r, openMs));
+      const closed = once(socket, 'close');
+      const started = performance.now();
+      socket.destroy();
+      await closed;
+      return { port, closeMs: performance.now() - started };
+    };
+    const first = await tried(0);
+    t.equal(first.port, a.port);
+    t.ok(first.closeMs < 200, `one host failed: told at once (${first.closeMs.toFixed(0)} ms)`);
+    const second = await tried(0);
+    t.equal(second.port, b.port);
+    t.ok(second.closeMs >= 350, `every host failed: held (${second.closeMs.toFixed(0)} ms)`);
+    const third = await tried(200);
+    t.equal(third.port, a.port, 'back to the first host');
+    t.ok(
+      third.closeMs < 200,
+      `a socket that settled: told at once (${third.closeMs.toFixed(0)} ms)`,
+    );
+    const fourth = await tried(0);
+    t.equal(fourth.port, b.port);
+    t.ok(
+      fourth.closeMs < 200,
+      `the settled socket cleared the failures: told at once (${fourth.closeMs.toFixed(0)} ms)`,
+    );
+  },
+);
+
 void t.test('a socket that will carry TLS is left to the driver', async (t) => {
   const { port } = await counting(t);
   const socket = poolSockets()({ host: ['127.0.0.1'], port: [port], ssl: 'require' });

@@ -66,6 +66,28 @@ export function erroredWithItsClose<S extends net.Socket>(socket: S): S {
   return socket;
 }
 
+/** Options of {@link poolSockets}. */
+export interface PoolSocketOptions {
+  /**
+   * Makes the socket instead, already connecting to the host and port
+   * given (tests that reset a connection at a chosen moment,
+   * test/harness/reset-window.ts).
+   */
+  readonly make?: (host: string, port: number) => net.Socket;
+  /**
+   * How long the close of the n-th socket (from 0) is held once every host
+   * of a list has failed since the last socket that settled, in
+   * milliseconds. Default: none held.
+   */
+  readonly backoffMs?: (attempt: number) => number;
+  /**
+   * How long a socket must stay open after it connected to count as a
+   * host that serves (default 1,000 ms): a standby the driver refuses, a
+   * server that ends the session at start-up, closes well within it.
+   */
+  readonly settleMs?: number;
+}
+
 /**
  * The `socket` factory of a pool (postgres.js's option of that name): each
  * connection's socket, connecting already, its error told with its close
@@ -82,21 +104,34 @@ export function erroredWithItsClose<S extends net.Socket>(socket: S): S {
  * the primary moves the pool on too, and costs the next connection one try
  * of the next host before it comes back.
  *
- * A connection that negotiates TLS gets its plain socket without the hold:
- * the driver lays TLS over it and listens to the TLS socket, not to this
- * one. Those pools keep the driver's window between a reset and its close,
- * behind the checks of their results (platform/pg/observed.ts).
+ * The driver opens the next session of a connection as soon as the last
+ * one closed while a statement waits for it, with no pause: over a host
+ * list where no host is what it asks for (every node a standby during a
+ * failover), that is a loop of start-ups as fast as the servers answer.
+ * So once every host of the list has failed since the last socket that
+ * settled, each close is held for `backoffMs` before the driver hears it
+ * (its error with it), which paces the next try. A socket held so never
+ * served (it never settled), so no statement waits on it meanwhile.
  *
- * @param make makes the socket instead, already connecting to the host and
- *   port given (tests that reset a connection at a chosen moment,
- *   test/harness/reset-window.ts).
+ * A connection that negotiates TLS gets its plain socket without the
+ * error's hold: the driver lays TLS over it and listens to the TLS socket,
+ * not to this one. Those pools keep the driver's window between a reset
+ * and its close, behind the checks of their results
+ * (platform/pg/observed.ts). The host's order and the pacing still work
+ * there: they watch the socket's own emit, which the driver's removal of
+ * every listener before TLS does not touch.
+ *
+ * @param options the socket maker for tests, the pacing and the settle time.
  * @returns the factory.
  */
-export function poolSockets(
-  make?: (host: string, port: number) => net.Socket,
-): (target: SocketTarget) => net.Socket {
+export function poolSockets(options: PoolSocketOptions = {}): (target: SocketTarget) => net.Socket {
+  const settleMs = options.settleMs ?? 1_000;
   // The host of the list the pool's sockets go to; shared by its connections.
   let current = 0;
+  // Hosts whose last socket closed before it settled, and the closes held
+  // since every host is in it.
+  const failed = new Set<number>();
+  let held = 0;
   return (target) => {
     if (typeof target.path === 'string' && target.path !== '') {
       return erroredWithItsClose(net.connect(target.path));
@@ -105,16 +140,40 @@ export function poolSockets(
     const index = current % count;
     const host = target.host[index] ?? 'localhost';
     const port = target.port[index] ?? target.port[0] ?? 5432;
+    const made = options.make === undefined ? net.connect(port, host) : options.make(host, port);
     // The driver names the host and port in its connection errors.
-    const socket = Object.assign(make === undefined ? net.connect(port, host) : make(host, port), {
-      host,
-      port,
-    });
-    if (count > 1) {
-      socket.once('close', () => {
-        if (current % count === index) current = index + 1;
-      });
-    }
-    return target.ssl !== false && target.ssl !== undefined ? socket : erroredWithItsClose(socket);
+    const plain = Object.assign(made, { host, port });
+    const socket =
+      target.ssl !== false && target.ssl !== undefined ? plain : erroredWithItsClose(plain);
+    if (count === 1) return socket;
+    // Told by the socket's own emit, not a listener: the driver removes
+    // every listener of a socket it lays TLS over. Put on last, so a held
+    // close holds the error told with it too.
+    const emit = socket.emit.bind(socket) as (
+      event: string | symbol,
+      ...args: unknown[]
+    ) => boolean;
+    let settle: NodeJS.Timeout | undefined;
+    let settled = false;
+    socket.emit = ((event: string | symbol, ...args: unknown[]): boolean => {
+      if (event === 'connect' && settle === undefined) {
+        settle = setTimeout(() => {
+          settled = true;
+          failed.clear();
+          held = 0;
+        }, settleMs);
+        settle.unref();
+      }
+      if (event !== 'close') return emit(event, ...args);
+      clearTimeout(settle);
+      if (current % count === index) current = index + 1;
+      if (settled) return emit(event, ...args);
+      failed.add(index);
+      const wait = failed.size >= count ? (options.backoffMs?.(held++) ?? 0) : 0;
+      if (wait <= 0) return emit(event, ...args);
+      setTimeout(() => emit(event, ...args), wait);
+      return true;
+    }) as typeof socket.emit;
+    return socket;
   };
 }

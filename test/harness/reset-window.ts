@@ -31,6 +31,9 @@ export interface ResettablePool {
   readonly reset: (inWindow: () => void, index?: number) => Promise<void>;
 }
 
+/** Whether a hostList pool's patch of `net.Socket.prototype.connect` is in place. */
+let hostListPatched = false;
+
 /**
  * Makes a pool to `url` through sockets the test holds.
  *
@@ -43,8 +46,8 @@ export interface ResettablePool {
  *   of createSql over a host list that names the server twice, left to
  *   make its sockets itself, which are found as they connect (every socket
  *   of this process that connects to the server's port while the pool
- *   lives, so the test must open no other connection meanwhile); by
- *   default a pool of createSql.
+ *   lives, so the test must open no other connection meanwhile; one such
+ *   pool at a time); by default a pool of createSql.
  * @returns the pool and its reset.
  */
 export function resettablePool(
@@ -62,6 +65,10 @@ export function resettablePool(
   };
   let sql: Sql;
   if (options.hostList === true) {
+    // One at a time: a second patch over the first would be restored in
+    // the wrong order and outlive its test.
+    if (hostListPatched) throw new Error('one hostList pool at a time');
+    hostListPatched = true;
     // Whoever makes the socket (the driver or the pool's factory), it
     // connects through this method once.
     const proto = net.Socket.prototype as unknown as {
@@ -83,6 +90,7 @@ export function resettablePool(
     };
     t.teardown(() => {
       proto.connect = connect;
+      hostListPatched = false;
     });
     const auth = `${target.username}:${target.password}@`;
     const list = `${target.protocol}//${auth}${target.host},${target.host}${target.pathname}${target.search}`;

@@ -772,3 +772,46 @@ void t.test(
     );
   },
 );
+
+void t.test(
+  'a host list with no primary paces its tries, then reaches the standby once it is promoted',
+  async (t) => {
+    // The primary is gone and the standby not yet promoted: the driver,
+    // asked for the primary, ends every session the standby opens and
+    // opens the next at once while a statement waits.
+    const pair = await startReplicatedPair();
+    t.teardown(() => pair.close());
+    const [a, b] = pair.nodes;
+    await pair.stopPrimary();
+    // Start-ups the pool sends to the standby, counted on the way: each
+    // session opens with a StartupMessage (its length, then protocol 3.0).
+    let startups = 0;
+    const relay = await startForwarder(b.port, {
+      onClientData: (chunk) => {
+        if (chunk.length >= 8 && chunk.readInt32BE(4) === 196_608) startups += 1;
+      },
+    });
+    t.teardown(() => relay.close());
+    const hosts = `127.0.0.1:${String(a.port)},127.0.0.1:${String(relay.port)}`;
+    const credentials = new URL(pair.adminUrl(b));
+    const url = `postgres://${credentials.username}:${credentials.password}@${hosts}/postgres?target_session_attrs=read-write`;
+    const sql = createSql(url, {
+      max: 2,
+      applicationName: 'test-no-primary',
+      connectTimeoutMs: 2000,
+    });
+    t.teardown(() => sql.end({ timeout: 1 }).catch(() => undefined));
+    // A postgres.js statement starts when awaited or executed.
+    const waiting = sql<{ recovery: boolean }[]>`select pg_is_in_recovery() as recovery`.execute();
+    await sleep(3000);
+    const tried = startups;
+    t.ok(tried <= 30, `sessions the pool started on the standby in 3 s: ${String(tried)}, paced`);
+    t.ok(tried >= 1, 'the pool did try the standby');
+    await pair.promoteStandby();
+    t.same(
+      (await waiting).map((r) => r.recovery),
+      [false],
+      'the statement that waited runs on the promoted node',
+    );
+  },
+);
