@@ -197,7 +197,8 @@ export function judgeTargets(figures: BenchFigures): TargetResult[] {
  * What the HTTP floor allows the target "unkeyed HTTP / in-process
  * ceiling": the ceiling's CPU per call (its Node.js, callers included, and
  * PostgreSQL) over that plus the floor's per request (the bare Fastify
- * server and the load generator, which the ceiling does not pay), on the
+ * server and the load generator, which the ceiling does not pay; not
+ * PostgreSQL's, which the floor does not use), on the
  * same cores. It is the ratio a server that added nothing to bare Fastify
  * would reach, as far as throughput follows CPU per request.
  *
@@ -215,24 +216,31 @@ export function httpFloorBound(
   const floor = figures.scenarios.find((s) => s.id === floorId);
   if (ceiling === undefined || floor === undefined) return NaN;
   const call = ceiling.nodeCpuUs + ceiling.pgCpuUs;
-  return call / (call + floor.nodeCpuUs + floor.pgCpuUs + floor.loadCpuUs);
+  // The floor has no database: PostgreSQL's CPU in its window is the
+  // server's own background work, which the ceiling's window pays too.
+  return call / (call + floor.nodeCpuUs + floor.loadCpuUs);
 }
 
 /**
  * How long the held floor keeps each answer: the unkeyed baseline's mean
- * time in flight by Little's law (connections over rate). A server whose
- * answers wait costs Node.js and the load generator more per request than
- * one that answers at once (more wake-ups, timers re-armed, answers read
- * one by one), so the floor held this long is what bare Fastify costs at
- * the latency the baseline has.
+ * time in flight by Little's law (connections over rate), less what the
+ * floor itself takes to answer (the plain floor's latency), so its round
+ * trip is the baseline's. A server whose answers wait costs Node.js and
+ * the load generator more per request than one that answers at once (more
+ * wake-ups, timers re-armed, answers read one by one), so the floor held
+ * this long is what bare Fastify costs at the latency the baseline has.
+ * Node.js timers count whole milliseconds, so the hold is that much
+ * coarse.
  *
  * @param connections the load's concurrent connections.
  * @param baselineRps the unkeyed baseline's latest requests per second.
+ * @param floorMs the plain floor's latency in milliseconds (0 when it did
+ *   not run).
  * @returns milliseconds; 0 while there is no positive baseline rate.
  */
-export function floorHoldMs(connections: number, baselineRps: number): number {
+export function floorHoldMs(connections: number, baselineRps: number, floorMs = 0): number {
   if (!(baselineRps > 0)) return 0;
-  return (connections * 1000) / baselineRps;
+  return Math.max(0, (connections * 1000) / baselineRps - Math.max(0, floorMs));
 }
 
 /**
