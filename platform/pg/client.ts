@@ -106,6 +106,8 @@ export const MIN_SERVER_VERSION = 17;
  */
 export function createSql(url: string, options: SqlOptions): Sql {
   const listeners = new Set<() => void>();
+  // Set by the pool's end: a socket whose paced wait ends after it is not made.
+  let ended = false;
   const sql = postgres(url, {
     onclose: () => {
       for (const listener of listeners) listener();
@@ -139,9 +141,15 @@ export function createSql(url: string, options: SqlOptions): Sql {
       socket: poolSockets({
         ...(options.socket === undefined ? {} : { make: options.socket }),
         backoffMs: (attempt) => reconnectBackoff(attempt) * 1000,
+        ended: () => ended,
       }),
     },
   });
+  const end = sql.end.bind(sql);
+  sql.end = (endOptions) => {
+    ended = true;
+    return end(endOptions);
+  };
   closeListeners.set(sql, listeners);
   if (options.session !== undefined) sessionDefaults.set(sql, options.session);
   return sql;

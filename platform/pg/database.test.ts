@@ -116,7 +116,7 @@ void t.test('a URL asks for read-write only through its query', (t) => {
 });
 
 void t.test('a target_session_attrs postgres.js does not take is refused naming the key', (t) => {
-  for (const attrs of ['any', 'READ-WRITE', '']) {
+  for (const attrs of ['any', 'READ-WRITE', ' read-write']) {
     t.throws(
       () =>
         parsePostgresUrl('database.url', `postgres://u:p@h1,h2/d?target_session_attrs=${attrs}`),
@@ -126,7 +126,7 @@ void t.test('a target_session_attrs postgres.js does not take is refused naming 
       attrs,
     );
   }
-  for (const attrs of ['read-write', 'read-only', 'primary', 'standby', 'prefer-standby']) {
+  for (const attrs of ['read-write', 'read-only', 'primary', 'standby', 'prefer-standby', '']) {
     t.equal(
       parsePostgresUrl('database.url', `postgres://u:p@h/d?target_session_attrs=${attrs}`).user,
       'u',

@@ -203,7 +203,8 @@ export function parsePostgresUrl(key: string, url: string): PostgresUrl {
   const user = decodeURIComponent(parsed.username);
   if (user === '') throw new Error(`Invalid configuration: ${key} must name a user`);
   const attrs = parsed.searchParams.get('target_session_attrs');
-  if (attrs !== null && !SESSION_ATTRS.includes(attrs)) {
+  // An empty value is no value to postgres.js, as to libpq.
+  if (attrs !== null && attrs !== '' && !SESSION_ATTRS.includes(attrs)) {
     // postgres.js would throw this at the pool's creation, with a stack.
     throw new Error(
       `Invalid configuration: ${key} asks for target_session_attrs "${attrs}"; postgres.js takes ${SESSION_ATTRS.join(', ')}`,

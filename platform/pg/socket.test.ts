@@ -85,7 +85,7 @@ void t.test(
   'the factory connects to the one host, or a Unix-domain socket by its path',
   async (t) => {
     const { port, accepted } = await counting(t);
-    const one = poolSockets()({ host: ['127.0.0.1'], port: [port], ssl: false });
+    const one = await poolSockets()({ host: ['127.0.0.1'], port: [port], ssl: false });
     await once(one, 'connect');
     t.match(one, { host: '127.0.0.1', port }, "named for the driver's messages");
     one.destroy();
@@ -100,7 +100,7 @@ void t.test(
     const server = net.createServer((c) => c.end()).listen(file);
     await once(server, 'listening');
     t.teardown(() => new Promise((r) => server.close(r)));
-    const local = poolSockets()({ host: ['ignored'], port: [1], path: file, ssl: false });
+    const local = await poolSockets()({ host: ['ignored'], port: [1], path: file, ssl: false });
     await once(local, 'connect');
     t.pass('connected by the path');
     local.destroy();
@@ -115,7 +115,7 @@ void t.test(
     const target = { host: ['127.0.0.1', '127.0.0.1'], port: [a.port, b.port], ssl: false };
     const factory = poolSockets();
     const opened = async (): Promise<net.Socket> => {
-      const socket = factory(target);
+      const socket = await factory(target);
       socket.on('error', () => undefined);
       await once(socket, 'connect');
       return socket;
@@ -150,7 +150,7 @@ void t.test(
     const b = await counting(t);
     const target = { host: ['127.0.0.1', '127.0.0.1'], port: [a.port, b.port], ssl: 'require' };
     const factory = poolSockets();
-    const first = factory(target);
+    const first = await factory(target);
     await once(first, 'connect');
     // postgres.js's secure(): every listener of the plain socket goes
     // before tls.connect takes it over.
@@ -164,7 +164,7 @@ void t.test(
     });
     first.destroy();
     await closed;
-    const second = factory(target);
+    const second = await factory(target);
     second.on('error', () => undefined);
     await once(second, 'connect');
     t.equal(second.remotePort, b.port, 'the next socket goes to the next host');
@@ -173,15 +173,23 @@ void t.test(
 );
 
 void t.test(
-  'once every host of a list failed since the last socket that settled, each close is held before the driver hears it',
+  'once every host of a list failed since the last socket that settled, the next socket waits, and no close is ever held',
   async (t) => {
     const a = await counting(t);
     const b = await counting(t);
     const target = { host: ['127.0.0.1', '127.0.0.1'], port: [a.port, b.port], ssl: false };
-    const factory = poolSockets({ backoffMs: () => 400, settleMs: 100 });
-    /** Opens a socket, closes it after `openMs`, and says how long its close took to be told. */
-    const tried = async (openMs: number): Promise<{ port: number; closeMs: number }> => {
-      const socket = factory(target);
+    let ended = false;
+    const factory = poolSockets({ backoffMs: () => 400, settleMs: 100, ended: () => ended });
+    /**
+     * Makes a socket (timing the factory), closes it after `openMs`, and
+     * times how long its close took to be told.
+     */
+    const tried = async (
+      openMs: number,
+    ): Promise<{ port: number; madeMs: number; closeMs: number }> => {
+      const asked = performance.now();
+      const socket = await factory(target);
+      const madeMs = performance.now() - asked;
       socket.on('error', () => undefined);
       await once(socket, 'connect');
       const port = socket.remotePort!;
@@ -190,32 +198,41 @@ void t.test(
       const started = performance.now();
       socket.destroy();
       await closed;
-      return { port, closeMs: performance.now() - started };
+      return { port, madeMs, closeMs: performance.now() - started };
     };
     const first = await tried(0);
     t.equal(first.port, a.port);
-    t.ok(first.closeMs < 200, `one host failed: told at once (${first.closeMs.toFixed(0)} ms)`);
+    t.ok(first.madeMs < 200, `the first try is made at once (${first.madeMs.toFixed(0)} ms)`);
     const second = await tried(0);
     t.equal(second.port, b.port);
-    t.ok(second.closeMs >= 350, `every host failed: held (${second.closeMs.toFixed(0)} ms)`);
+    t.ok(second.madeMs < 200, `one host failed: made at once (${second.madeMs.toFixed(0)} ms)`);
     const third = await tried(200);
     t.equal(third.port, a.port, 'back to the first host');
     t.ok(
-      third.closeMs < 200,
-      `a socket that settled: told at once (${third.closeMs.toFixed(0)} ms)`,
+      third.madeMs >= 350,
+      `every host failed: made after the wait (${third.madeMs.toFixed(0)} ms)`,
     );
     const fourth = await tried(0);
     t.equal(fourth.port, b.port);
     t.ok(
-      fourth.closeMs < 200,
-      `the settled socket cleared the failures: told at once (${fourth.closeMs.toFixed(0)} ms)`,
+      fourth.madeMs < 200,
+      `the third settled, which cleared the failures: made at once (${fourth.madeMs.toFixed(0)} ms)`,
     );
+    for (const { closeMs } of [first, second, third, fourth]) {
+      t.ok(closeMs < 200, `every close is told at once (${closeMs.toFixed(0)} ms)`);
+    }
+    // Every host failed again; the pool ends while the next socket waits.
+    await tried(0);
+    const waiting = factory(target);
+    ended = true;
+    await t.rejects(Promise.resolve(waiting), { message: 'the pool has ended' });
+    t.same([a.accepted(), b.accepted()], [3, 2], 'no socket made after the end');
   },
 );
 
 void t.test('a socket that will carry TLS is left to the driver', async (t) => {
   const { port } = await counting(t);
-  const socket = poolSockets()({ host: ['127.0.0.1'], port: [port], ssl: 'require' });
+  const socket = await poolSockets()({ host: ['127.0.0.1'], port: [port], ssl: 'require' });
   t.same(
     await orderOfEvents(socket),
     ['error ECONNRESET', 'tick', 'immediate', 'close'],

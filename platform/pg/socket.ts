@@ -75,9 +75,9 @@ export interface PoolSocketOptions {
    */
   readonly make?: (host: string, port: number) => net.Socket;
   /**
-   * How long the close of the n-th socket (from 0) is held once every host
-   * of a list has failed since the last socket that settled, in
-   * milliseconds. Default: none held.
+   * How long the n-th socket (from 0) waits before it is made once every
+   * host of a list has failed since the last socket that settled, in
+   * milliseconds. Default: none waits.
    */
   readonly backoffMs?: (attempt: number) => number;
   /**
@@ -86,6 +86,11 @@ export interface PoolSocketOptions {
    * server that ends the session at start-up, closes well within it.
    */
   readonly settleMs?: number;
+  /**
+   * Whether the pool was ended: a socket whose wait ends after that is
+   * not made (the factory rejects), so no session opens on an ended pool.
+   */
+  readonly ended?: () => boolean;
 }
 
 /**
@@ -109,9 +114,10 @@ export interface PoolSocketOptions {
  * list where no host is what it asks for (every node a standby during a
  * failover), that is a loop of start-ups as fast as the servers answer.
  * So once every host of the list has failed since the last socket that
- * settled, each close is held for `backoffMs` before the driver hears it
- * (its error with it), which paces the next try. A socket held so never
- * served (it never settled), so no statement waits on it meanwhile.
+ * settled, the next socket is made only after `backoffMs` (the driver
+ * awaits a factory that returns a promise; its connect timeout starts
+ * once the socket is made). Nothing is held on a socket that exists: its
+ * error and its close reach the driver as they would without this.
  *
  * A connection that negotiates TLS gets its plain socket without the
  * error's hold: the driver lays TLS over it and listens to the TLS socket,
@@ -121,34 +127,35 @@ export interface PoolSocketOptions {
  * there: they watch the socket's own emit, which the driver's removal of
  * every listener before TLS does not touch.
  *
- * @param options the socket maker for tests, the pacing and the settle time.
- * @returns the factory.
+ * @param options the socket maker for tests, the pacing, the settle time
+ *   and the pool's end.
+ * @returns the factory: a socket, or a promise of one while the tries are
+ *   paced (rejected when the pool ended meanwhile).
  */
-export function poolSockets(options: PoolSocketOptions = {}): (target: SocketTarget) => net.Socket {
+export function poolSockets(
+  options: PoolSocketOptions = {},
+): (target: SocketTarget) => net.Socket | Promise<net.Socket> {
   const settleMs = options.settleMs ?? 1_000;
   // The host of the list the pool's sockets go to; shared by its connections.
   let current = 0;
-  // Hosts whose last socket closed before it settled, and the closes held
-  // since every host is in it.
+  // Hosts whose last socket closed before it settled, and the sockets
+  // that waited since every host is in it.
   const failed = new Set<number>();
-  let held = 0;
-  return (target) => {
-    if (typeof target.path === 'string' && target.path !== '') {
-      return erroredWithItsClose(net.connect(target.path));
-    }
+  let paced = 0;
+
+  const made = (target: SocketTarget): net.Socket => {
     const count = Math.max(1, target.host.length);
     const index = current % count;
     const host = target.host[index] ?? 'localhost';
     const port = target.port[index] ?? target.port[0] ?? 5432;
-    const made = options.make === undefined ? net.connect(port, host) : options.make(host, port);
+    const plain = options.make === undefined ? net.connect(port, host) : options.make(host, port);
     // The driver names the host and port in its connection errors.
-    const plain = Object.assign(made, { host, port });
+    Object.assign(plain, { host, port });
     const socket =
       target.ssl !== false && target.ssl !== undefined ? plain : erroredWithItsClose(plain);
     if (count === 1) return socket;
     // Told by the socket's own emit, not a listener: the driver removes
-    // every listener of a socket it lays TLS over. Put on last, so a held
-    // close holds the error told with it too.
+    // every listener of a socket it lays TLS over.
     const emit = socket.emit.bind(socket) as (
       event: string | symbol,
       ...args: unknown[]
@@ -160,20 +167,31 @@ export function poolSockets(options: PoolSocketOptions = {}): (target: SocketTar
         settle = setTimeout(() => {
           settled = true;
           failed.clear();
-          held = 0;
+          paced = 0;
         }, settleMs);
         settle.unref();
+      } else if (event === 'close') {
+        clearTimeout(settle);
+        if (current % count === index) current = index + 1;
+        if (!settled) failed.add(index);
       }
-      if (event !== 'close') return emit(event, ...args);
-      clearTimeout(settle);
-      if (current % count === index) current = index + 1;
-      if (settled) return emit(event, ...args);
-      failed.add(index);
-      const wait = failed.size >= count ? (options.backoffMs?.(held++) ?? 0) : 0;
-      if (wait <= 0) return emit(event, ...args);
-      setTimeout(() => emit(event, ...args), wait);
-      return true;
+      return emit(event, ...args);
     }) as typeof socket.emit;
     return socket;
+  };
+
+  return (target) => {
+    if (typeof target.path === 'string' && target.path !== '') {
+      return erroredWithItsClose(net.connect(target.path));
+    }
+    const count = Math.max(1, target.host.length);
+    const wait = count > 1 && failed.size >= count ? (options.backoffMs?.(paced++) ?? 0) : 0;
+    if (wait <= 0) return made(target);
+    return new Promise<net.Socket>((resolve, reject) => {
+      setTimeout(() => {
+        if (options.ended?.() === true) reject(new Error('the pool has ended'));
+        else resolve(made(target));
+      }, wait);
+    });
   };
 }
