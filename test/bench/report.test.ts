@@ -198,14 +198,14 @@ void t.test('the report and the table align their columns and mark misses', (t) 
   t.end();
 });
 
+/** The plain floor's figures: 60 us of Node.js and 90 us of load generator per request. */
+function plainFloor(): ScenarioFigures {
+  return { ...s('http_floor', 9000), nodeCpuUs: 60, pgCpuUs: 0, loadCpuUs: 90 };
+}
+
 void t.test('the HTTP floor bounds unkeyed HTTP / ceiling by CPU per request', (t) => {
   const run = figures();
-  const floor: ScenarioFigures = {
-    ...s('http_floor', 9000),
-    nodeCpuUs: 60,
-    pgCpuUs: 0,
-    loadCpuUs: 90,
-  };
+  const floor = plainFloor();
   const withFloor = { ...run, scenarios: [...run.scenarios, floor] };
   // The ceiling costs 300 + 400 us per call; the floor adds 60 + 90 us.
   t.equal(httpFloorBound(withFloor).toFixed(4), (700 / 850).toFixed(4));
@@ -219,12 +219,7 @@ void t.test(
   'the held floor bounds it again at the baseline latency, beside the plain floor',
   (t) => {
     const run = figures();
-    const floor: ScenarioFigures = {
-      ...s('http_floor', 9000),
-      nodeCpuUs: 60,
-      pgCpuUs: 0,
-      loadCpuUs: 90,
-    };
+    const floor = plainFloor();
     const held: ScenarioFigures = {
       ...s('http_floor_held', 9000),
       nodeCpuUs: 150,

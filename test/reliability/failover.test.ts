@@ -659,6 +659,17 @@ void t.test('a failover under keyed transfers: every intent takes effect once', 
   t.same(await stopProcesses(processes), [0, 0, 0], 'every server process drains and exits 0');
 });
 
+/**
+ * A URL of the pair's superuser over a host list on 127.0.0.1 that asks
+ * for read-write, the hosts in the order given.
+ */
+function readWriteList(pair: ReplicatedPair, ports: readonly number[]): string {
+  const [first] = pair.nodes;
+  const credentials = new URL(pair.adminUrl(first));
+  const hosts = ports.map((port) => `127.0.0.1:${String(port)}`).join(',');
+  return `postgres://${credentials.username}:${credentials.password}@${hosts}/postgres?target_session_attrs=read-write`;
+}
+
 void t.test(
   "the api's pool with both hosts and target_session_attrs finds the promoted standby",
   async (t) => {
@@ -670,9 +681,7 @@ void t.test(
     const pair = await startReplicatedPair();
     t.teardown(() => pair.close());
     const [a, b] = pair.nodes;
-    const hosts = `127.0.0.1:${String(a.port)},127.0.0.1:${String(b.port)}`;
-    const credentials = new URL(pair.adminUrl(a));
-    const url = `postgres://${credentials.username}:${credentials.password}@${hosts}/postgres?target_session_attrs=read-write`;
+    const url = readWriteList(pair, [a.port, b.port]);
     const sql = createSql(url, { max: 2, applicationName: 'test-multihost' });
     t.teardown(() => sql.end({ timeout: 1 }).catch(() => undefined));
     const where = async (): Promise<{ port: number; recovery: boolean } | undefined> =>
@@ -741,9 +750,7 @@ void t.test(
     const pair = await startReplicatedPair();
     t.teardown(() => pair.close());
     const [a, b] = pair.nodes;
-    const hosts = `127.0.0.1:${String(b.port)},127.0.0.1:${String(a.port)}`;
-    const credentials = new URL(pair.adminUrl(a));
-    const url = `postgres://${credentials.username}:${credentials.password}@${hosts}/postgres?target_session_attrs=read-write`;
+    const url = readWriteList(pair, [b.port, a.port]);
     const sql = createSql(url, { max: 3, applicationName: 'test-standby-first' });
     t.teardown(() => sql.end({ timeout: 1 }).catch(() => undefined));
     const sessions = await Promise.all(
@@ -792,9 +799,7 @@ void t.test(
       },
     });
     t.teardown(() => relay.close());
-    const hosts = `127.0.0.1:${String(a.port)},127.0.0.1:${String(relay.port)}`;
-    const credentials = new URL(pair.adminUrl(b));
-    const url = `postgres://${credentials.username}:${credentials.password}@${hosts}/postgres?target_session_attrs=read-write`;
+    const url = readWriteList(pair, [a.port, relay.port]);
     const sql = createSql(url, {
       max: 2,
       applicationName: 'test-no-primary',
